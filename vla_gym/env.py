@@ -1,0 +1,143 @@
+"""``VLAEnv``: the one gymnasium.Env every simulator is served through.
+
+It owns everything that is the same across simulators: spaces, seeding, drawing a task and an
+initial state per reset, the per-task time limit, action checks, ``info`` and ``render()``.
+A :class:`~vla_gym.backends.base.Backend` owns the simulator.
+
+    >>> import gymnasium as gym, vla_gym
+    >>> env = gym.make("VLA/Libero10-v0", task_id=3)              # doctest: +SKIP
+    >>> obs, info = env.reset(seed=0)                              # doctest: +SKIP
+    >>> obs["images"]["main"].shape, obs["state"].shape, obs["instruction"]   # doctest: +SKIP
+    ((224, 224, 3), (8,), 'put both the black bowl and the ...')
+
+``reset(options=...)`` accepts ``task_id`` and ``init_state_id`` to pin one episode (evaluation
+loops, GRPO groups). ``step(action, observe=False)`` on the unwrapped env advances the physics
+without rendering the cameras; the returned images are then the last rendered ones and
+``info['observed']`` is False. The action-chunk wrapper uses it for all but the last sub-step.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from vla_gym import schema
+from vla_gym.backends.base import Backend, TaskSpec
+
+
+class VLAEnv(gym.Env):
+    """Unified env over a backend and a list of tasks (see the module docstring)."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 20}
+
+    def __init__(
+        self,
+        backend: Backend,
+        tasks: Sequence[TaskSpec],
+        task_id: int | None = None,
+        init_state_id: int | None = None,
+        max_episode_steps: int | None = None,
+        render_mode: str | None = None,
+    ):
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        self.backend = backend
+        self.tasks = list(tasks)
+        self.task_id = schema.check_index("task_id", task_id, len(self.tasks))
+        self.fixed_init_state_id = init_state_id
+        if task_id is not None and init_state_id is not None:
+            self._check_init_state(self.tasks[self.task_id], init_state_id)
+        self.max_episode_steps_override = max_episode_steps
+        self.render_mode = render_mode
+        self.metadata = dict(self.metadata, render_fps=backend.control_hz)
+
+        self.action_space = schema.action_space(backend.action_dim)
+        self.observation_space = schema.observation_space(
+            backend.camera_roles, backend.image_size, backend.state_dim,
+            max_instruction_length=max(len(t.instruction) for t in self.tasks),
+        )
+        self.task: TaskSpec | None = None
+        self.init_state_id: int | None = None
+        self._images: dict[str, np.ndarray] | None = None
+        self._elapsed = 0
+        self._max_steps = 0
+
+    # ----------------------------------------------------------------------------------- gym API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        task_id = options.get("task_id", self.task_id)
+        if task_id is None:
+            task_id = int(self.np_random.integers(len(self.tasks)))
+        task_id = schema.check_index("task_id", task_id, len(self.tasks))
+        task = self.tasks[task_id]
+        init_state_id = options.get("init_state_id", self.fixed_init_state_id)
+        if init_state_id is None and task.num_init_states:
+            init_state_id = int(self.np_random.integers(task.num_init_states))
+        elif init_state_id is not None:
+            self._check_init_state(task, init_state_id)
+
+        if task is not self.task:
+            self.backend.load(task)
+            self.task = task
+        self.init_state_id = init_state_id
+        # The simulator's own seed comes from our generator, so reset(seed=s) is repeatable.
+        self.backend.reset(init_state_id, seed=int(self.np_random.integers(2**31 - 1)))
+        self._elapsed = 0
+        self._max_steps = self.max_episode_steps_override or task.max_episode_steps
+        self._images = self.backend.render()
+        return self._observation(), self._info(success=False, observed=True)
+
+    def step(self, action, observe: bool = True):
+        if self.task is None:
+            raise RuntimeError("call reset() before step()")
+        action = schema.check_action(action, self.backend.action_dim)
+        reward, success = self.backend.step(action)
+        self._elapsed += 1
+        if observe:
+            self._images = self.backend.render()
+        truncated = self._elapsed >= self._max_steps
+        return self._observation(), float(reward), bool(success), truncated, self._info(success, observe)
+
+    def render(self):
+        """The main camera's last rendered frame (``render_mode='rgb_array'``)."""
+        if self.render_mode is None:
+            gym.logger.warn("render() called with render_mode=None; pass render_mode='rgb_array'")
+            return None
+        if self._images is None:
+            return None
+        return self._images[self.backend.camera_roles[0]].copy()
+
+    def close(self):
+        self.backend.close()
+        self._images = None
+
+    # --------------------------------------------------------------------------------- helpers
+    @property
+    def elapsed_steps(self) -> int:
+        return self._elapsed
+
+    def _observation(self) -> dict[str, Any]:
+        return {"images": dict(self._images), "state": self.backend.state(), "instruction": self.task.instruction}
+
+    def _info(self, success: bool, observed: bool) -> dict[str, Any]:
+        task = self.task
+        return {
+            "success": bool(success),
+            "suite": task.suite,
+            "task_id": task.index,
+            "task_name": task.name,
+            "init_state_id": self.init_state_id,
+            "elapsed_steps": self._elapsed,
+            "observed": observed,
+        }
+
+    @staticmethod
+    def _check_init_state(task: TaskSpec, init_state_id: int) -> None:
+        if task.num_init_states is None:
+            raise ValueError(
+                f"task {task.name!r} has no fixed initial states (its initial state comes from the seed); "
+                "drop init_state_id and pass reset(seed=...) instead"
+            )
+        schema.check_index(f"init_state_id for task {task.name!r}", init_state_id, task.num_init_states)

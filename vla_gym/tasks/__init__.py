@@ -1,0 +1,1 @@
+"""Task catalogs: which tasks each registered id serves. Pure data, no simulator imports."""

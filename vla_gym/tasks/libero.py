@@ -1,0 +1,59 @@
+"""LIBERO's 130 tasks, read from ``assets/libero_tasks.json`` (no LIBERO import needed).
+
+    >>> from vla_gym.tasks.libero import suite_tasks
+    >>> len(suite_tasks("libero_130")), suite_tasks("libero_10")[0].max_episode_steps
+    (130, 520)
+"""
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+
+from vla_gym.backends.base import TaskSpec
+
+#: the five LIBERO suites in the order LIBERO-130 concatenates them, with the episode limits
+#: the field evaluates them at
+SUITE_MAX_STEPS = {
+    "libero_spatial": 220,
+    "libero_object": 280,
+    "libero_goal": 300,
+    "libero_10": 520,
+    "libero_90": 400,
+}
+LIBERO_130 = "libero_130"
+LIBERO_130_MAX_STEPS = 400
+
+#: registered id -> suite
+ENV_IDS = {
+    "VLA/Libero130-v0": LIBERO_130,
+    "VLA/LiberoSpatial-v0": "libero_spatial",
+    "VLA/LiberoObject-v0": "libero_object",
+    "VLA/LiberoGoal-v0": "libero_goal",
+    "VLA/Libero10-v0": "libero_10",
+    "VLA/Libero90-v0": "libero_90",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _table() -> dict:
+    return json.loads(resources.files("vla_gym.assets").joinpath("libero_tasks.json").read_text())
+
+
+def suite_tasks(suite: str) -> tuple[TaskSpec, ...]:
+    """The tasks of one suite (or all 130 for ``libero_130``), indexed from 0."""
+    if suite == LIBERO_130:
+        members = [(name, LIBERO_130_MAX_STEPS) for name in SUITE_MAX_STEPS]
+    elif suite in SUITE_MAX_STEPS:
+        members = [(suite, SUITE_MAX_STEPS[suite])]
+    else:
+        raise ValueError(f"unknown LIBERO suite {suite!r}; choose from {[LIBERO_130, *SUITE_MAX_STEPS]}")
+    tasks = []
+    for member, max_steps in members:
+        for local_index, row in enumerate(_table()[member]):
+            tasks.append(TaskSpec(
+                index=len(tasks), suite=member, name=row["name"], instruction=row["instruction"],
+                max_episode_steps=max_steps, num_init_states=row["num_init_states"],
+                extra={"suite_task_index": local_index},
+            ))
+    return tuple(tasks)
