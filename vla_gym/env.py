@@ -10,6 +10,9 @@ A :class:`~vla_gym.backends.base.Backend` owns the simulator.
     >>> obs["images"]["main"].shape, obs["state"].shape, obs["instruction"]   # doctest: +SKIP
     ((224, 224, 3), (8,), 'put both the black bowl and the ...')
 
+``paraphrase_instructions=True`` draws the instruction per reset among the task's paraphrases
+(training); the default keeps the task's one canonical instruction (evaluation).
+
 ``reset(options=...)`` accepts ``task_id`` and ``init_state_id`` to pin one episode (evaluation
 loops, GRPO groups). ``step(action, observe=False)`` on the unwrapped env advances the physics
 without rendering the cameras; the returned images are then the last rendered ones and
@@ -39,6 +42,7 @@ class VLAEnv(gym.Env):
         init_state_id: int | None = None,
         max_episode_steps: int | None = None,
         render_mode: str | None = None,
+        paraphrase_instructions: bool = False,
     ):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
@@ -50,14 +54,16 @@ class VLAEnv(gym.Env):
             self._check_init_state(self.tasks[self.task_id], init_state_id)
         self.max_episode_steps_override = max_episode_steps
         self.render_mode = render_mode
+        self.paraphrase_instructions = paraphrase_instructions
         self.metadata = dict(self.metadata, render_fps=backend.control_hz)
 
         self.action_space = schema.action_space(backend.action_dim)
         self.observation_space = schema.observation_space(
             backend.camera_roles, backend.image_size, backend.state_dim,
-            max_instruction_length=max(len(t.instruction) for t in self.tasks),
+            max_instruction_length=max(len(text) for t in self.tasks for text in (t.instruction, *t.paraphrases)),
         )
         self.task: TaskSpec | None = None
+        self.instruction: str = ""
         self.init_state_id: int | None = None
         self._images: dict[str, np.ndarray] | None = None
         self._elapsed = 0
@@ -82,6 +88,10 @@ class VLAEnv(gym.Env):
             self.backend.load(task)
             self.task = task
         self.init_state_id = init_state_id
+        self.instruction = task.instruction
+        if self.paraphrase_instructions and task.paraphrases:
+            choices = (task.instruction, *task.paraphrases)
+            self.instruction = choices[int(self.np_random.integers(len(choices)))]
         # The simulator's own seed comes from our generator, so reset(seed=s) is repeatable.
         self.backend.reset(init_state_id, seed=int(self.np_random.integers(2**31 - 1)))
         self._elapsed = 0
@@ -119,7 +129,7 @@ class VLAEnv(gym.Env):
         return self._elapsed
 
     def _observation(self) -> dict[str, Any]:
-        return {"images": dict(self._images), "state": self.backend.state(), "instruction": self.task.instruction}
+        return {"images": dict(self._images), "state": self.backend.state(), "instruction": self.instruction}
 
     def _info(self, success: bool, observed: bool) -> dict[str, Any]:
         task = self.task

@@ -32,6 +32,7 @@ class TaskSpec:
     instruction: str
     max_episode_steps: int
     num_init_states: int | None = None  # None: the initial state comes from the seed
+    paraphrases: tuple[str, ...] = ()   # alternative instructions, drawn per reset on request
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
