@@ -14,9 +14,11 @@ How it stays fast:
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import pathlib
+import re
 from typing import Sequence
 
 import numpy as np
@@ -58,16 +60,37 @@ def _prepare_upstream_config() -> None:
     )
 
 
+_GL_ERROR = re.compile(r"MUJOCO_GL|EGL|OSMesa|OpenGL|GLFW|gl_context|render context", re.IGNORECASE)
+
+
+@contextlib.contextmanager
+def _explain_gl_errors():
+    """Turn MuJoCo's OpenGL failures into an error that names MUJOCO_GL and the packages."""
+    try:
+        yield
+    except (RuntimeError, ImportError, AttributeError, OSError) as exc:
+        if not _GL_ERROR.search(str(exc)):
+            raise
+        raise RenderingUnavailableError(
+            f"MuJoCo cannot render offscreen with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}: {exc}\n"
+            "Use MUJOCO_GL=egl (the default vla_gym sets) or MUJOCO_GL=osmesa, with the libraries installed.\n"
+            + install_hint()
+        ) from exc
+
+
 def import_libero():
     """Import LIBERO's benchmark table and env class, or explain how to install them."""
     configure_mujoco_gl()
-    try:
-        if importlib.util.find_spec("libero") is not None:
-            _prepare_upstream_config()
-        from libero.libero import benchmark
-        from libero.libero.envs import OffScreenRenderEnv
-    except ImportError as exc:
-        raise MissingSimulatorError("LIBERO", "libero", detail=str(exc)) from exc
+    with _explain_gl_errors():
+        try:
+            if importlib.util.find_spec("libero") is not None:
+                _prepare_upstream_config()
+            from libero.libero import benchmark
+            from libero.libero.envs import OffScreenRenderEnv
+        except ImportError as exc:
+            if _GL_ERROR.search(str(exc)):
+                raise
+            raise MissingSimulatorError("LIBERO", "libero", detail=str(exc)) from exc
     return benchmark, OffScreenRenderEnv
 
 
@@ -102,16 +125,17 @@ class LiberoBackend(Backend):
         suite = self._suite(task.suite)
         index = task.extra["suite_task_index"]
         height, width = self.image_size
-        self._env = self._env_class(
-            bddl_file_name=suite.get_task_bddl_file_path(index),
-            camera_names=[CAMERAS[role] for role in self.camera_roles],
-            camera_heights=height, camera_widths=width,
-            use_camera_obs=False,  # we render on demand in render()
-            hard_reset=False,      # reset() must not rebuild the MuJoCo model
-            horizon=10**9, ignore_done=True,  # VLAEnv owns the time limit
-        )
+        with _explain_gl_errors():
+            self._env = self._env_class(
+                bddl_file_name=suite.get_task_bddl_file_path(index),
+                camera_names=[CAMERAS[role] for role in self.camera_roles],
+                camera_heights=height, camera_widths=width,
+                use_camera_obs=False,  # we render on demand in render()
+                hard_reset=False,      # reset() must not rebuild the MuJoCo model
+                horizon=10**9, ignore_done=True,  # VLAEnv owns the time limit
+            )
+            self._env.reset()
         self._init_states = np.asarray(suite.get_task_init_states(index))
-        self._env.reset()
 
     def reset(self, init_state_id: int | None, seed: int) -> None:
         self._env.seed(seed)
@@ -146,16 +170,15 @@ class LiberoBackend(Backend):
         height, width = self.image_size
         sim = self._env.sim
         images = {}
-        for role in self.camera_roles:
-            try:
+        with _explain_gl_errors():
+            context = getattr(sim, "_render_context_offscreen", None)
+            if context is not None:
+                # robosuite renders into whatever GL context is current; with several envs in one
+                # process (a SyncVectorEnv) that may be another env's, so make ours current first.
+                context.gl_ctx.make_current()
+            for role in self.camera_roles:
                 frame = sim.render(camera_name=CAMERAS[role], width=width, height=height)
-            except Exception as exc:  # MuJoCo raises plain exceptions when no GL context can be made
-                raise RenderingUnavailableError(
-                    f"MuJoCo could not render offscreen with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}: {exc}\n"
-                    "Set MUJOCO_GL=egl (default) or MUJOCO_GL=osmesa, and make sure the libraries exist.\n"
-                    + install_hint()
-                ) from exc
-            images[role] = np.ascontiguousarray(frame[self._flip])  # MuJoCo frames are upside down
+                images[role] = np.ascontiguousarray(frame[self._flip])  # MuJoCo frames are upside down
         return images
 
 

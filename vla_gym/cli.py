@@ -1,0 +1,49 @@
+"""The ``vla-gym`` command.
+
+    vla-gym list                  # every registered id, its backend, suite size, importable here?
+    vla-gym list --backend libero
+    vla-gym check                 # are the rendering system packages there?
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from vla_gym.registry import ENTRIES
+
+
+def list_envs(backend: str | None = None, out=sys.stdout) -> int:
+    rows = [e for e in ENTRIES.values() if backend in (None, e.backend)]
+    if not rows:
+        known = sorted({e.backend for e in ENTRIES.values()})
+        print(f"no env ids for backend {backend!r}; backends: {', '.join(known)}", file=sys.stderr)
+        return 2
+    availability = {}
+    for entry in rows:
+        if entry.backend not in availability:
+            availability[entry.backend] = entry.available()
+    width = max(len(e.env_id) for e in rows)
+    print(f"{'id':<{width}}  {'backend':<9}  {'tasks':>5}  available here", file=out)
+    for entry in rows:
+        status = "yes" if availability[entry.backend] else f'no (pip install "vla-gym[{entry.extra}]")'
+        print(f"{entry.env_id:<{width}}  {entry.backend:<9}  {entry.num_tasks:>5}  {status}", file=out)
+    print(f"{len(rows)} ids", file=out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="vla-gym", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    list_parser = sub.add_parser("list", help="list registered env ids")
+    list_parser.add_argument("--backend", help="only this backend (libero, maniskill, behavior)")
+    sub.add_parser("check", help="check the system packages headless rendering needs")
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        return list_envs(args.backend)
+    from vla_gym import system
+
+    return system.main([])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
