@@ -11,6 +11,9 @@ import sys
 
 from vla_gym.registry import ENTRIES
 
+#: how to get a backend that pip alone cannot install
+INSTALL_HINTS = {"behavior": "needs Isaac Sim + OmniGibson: docs/behavior.md"}
+
 
 def list_envs(backend: str | None = None, out=sys.stdout) -> int:
     rows = [e for e in ENTRIES.values() if backend in (None, e.backend)]
@@ -25,7 +28,8 @@ def list_envs(backend: str | None = None, out=sys.stdout) -> int:
     width = max(len(e.env_id) for e in rows)
     print(f"{'id':<{width}}  {'backend':<9}  {'tasks':>5}  available here", file=out)
     for entry in rows:
-        status = "yes" if availability[entry.backend] else f'no (pip install "vla-gym[{entry.extra}]")'
+        hint = INSTALL_HINTS.get(entry.backend, f'pip install "vla-gym[{entry.extra}]"')
+        status = "yes" if availability[entry.backend] else f"no ({hint})"
         print(f"{entry.env_id:<{width}}  {entry.backend:<9}  {entry.num_tasks:>5}  {status}", file=out)
     print(f"{len(rows)} ids", file=out)
     return 0
