@@ -54,7 +54,7 @@ setup(
         "vla_gym.assets": "assets",
     },
     package_data={"vla_gym.assets": ["*.yaml", "*.json"]},
-    install_requires=["gymnasium>=1.0", "numpy>=1.24", "pyyaml>=6"],
+    install_requires=["gymnasium>=1.0", "numpy>=1.24", "pyyaml>=6", "pillow>=10.1"],
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["vla-gym=vla_gym.cli:main"]},
 )

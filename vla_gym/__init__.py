@@ -15,12 +15,19 @@ __version__ = "0.1.0"
 register_all()
 
 
-def make(env_id: str, **kwargs):
-    """``gymnasium.make`` with a vla_gym error (closest ids) for unknown ids."""
+def make(env_id: str, max_episode_steps: int | None = None, **kwargs):
+    """``gymnasium.make`` with a vla_gym error (closest ids) for unknown ids.
+
+    ``max_episode_steps`` goes to the env's own per-task limit; ``gymnasium.make`` would wrap a
+    ``TimeLimit`` around the env instead, which counts chunks under the ActionChunk wrapper.
+    """
     import gymnasium as gym
 
     check_env_id(env_id)
-    return gym.make(env_id, **kwargs)
+    env = gym.make(env_id, **kwargs)
+    if max_episode_steps is not None:
+        env.unwrapped.max_episode_steps_override = int(max_episode_steps)
+    return env
 
 
 def __getattr__(name):  # lazy: make_vec pulls in the wrappers only when used

@@ -110,6 +110,13 @@ class VLAEnv(gym.Env):
         truncated = self._elapsed >= self._max_steps
         return self._observation(), float(reward), bool(success), truncated, self._info(success, observe)
 
+    def observe(self) -> dict[str, Any]:
+        """Render the cameras now and return the observation (e.g. after ``step(..., observe=False)``)."""
+        if self.task is None:
+            raise RuntimeError("call reset() before observe()")
+        self._images = self.backend.render()
+        return self._observation()
+
     def render(self):
         """The main camera's last rendered frame (``render_mode='rgb_array'``)."""
         if self.render_mode is None:

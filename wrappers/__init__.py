@@ -1,0 +1,36 @@
+"""Gymnasium wrappers for vla_gym envs, one per module (installed as ``vla_gym.wrappers``).
+
+Innermost first::
+
+    import gymnasium as gym, vla_gym
+    from vla_gym.wrappers import ActionChunk, EpisodeMetrics, MultiCamera, RecordEpisodeVideo
+
+    env = gym.make("VLA/Libero10-v0", task_id=0)
+    env = ActionChunk(env, chunk_size=8)     # directly on the env: skips renders inside chunks
+    env = RecordEpisodeVideo(env, "videos")  # needs the unified obs: below MultiCamera / SB3Compat
+    env = EpisodeMetrics(env)                # counts env steps through ActionChunk
+    env = MultiCamera(env, layout="vla")     # {"main": [3,224,224], "wrists": [1,3,224,224]}
+
+==================  ===========================================================================
+ActionChunk         ``[K, action_dim]`` actions per step; only the last sub-step renders
+EpisodeMetrics      ``info["episode_metrics"]`` (env/return, env/episode_len, env/success_once, ...)
+RecordEpisodeVideo  one MP4 per episode, multi-camera layout with overlay, atomic writes
+MultiCamera         choose / resize cameras, HWC or CHW, the ``vla`` main + wrist-stack layout
+SB3Compat           Box / Dict-of-Box observations for Stable-Baselines3
+openvla             prompt, 256-bin ActionTokenizer, (un)normalisation from q01/q99 (not a wrapper)
+==================  ===========================================================================
+
+See docs/wrappers.md for the order to stack them in and the vector-env helpers.
+"""
+from vla_gym.wrappers.action_chunk import ActionChunk
+from vla_gym.wrappers.episode_metrics import EpisodeMetrics, finished_episodes, summarize_episodes
+from vla_gym.wrappers.multi_camera import MultiCamera
+from vla_gym.wrappers.openvla import ActionTokenizer, normalize_actions, openvla_prompt, unnormalize_actions
+from vla_gym.wrappers.record_video import RecordEpisodeVideo
+from vla_gym.wrappers.sb3 import SB3Compat, hash_instruction
+
+__all__ = [
+    "ActionChunk", "ActionTokenizer", "EpisodeMetrics", "MultiCamera", "RecordEpisodeVideo", "SB3Compat",
+    "finished_episodes", "hash_instruction", "normalize_actions", "openvla_prompt", "summarize_episodes",
+    "unnormalize_actions",
+]

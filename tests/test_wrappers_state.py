@@ -1,0 +1,88 @@
+"""Wrappers on real state-only ManiSkill envs: EpisodeMetrics success with a scripted pusher, SB3Compat
+(Stable-Baselines3's check_env and 2,000 PPO steps), and the image wrappers refusing a state-only env.
+"""
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import vla_gym  # noqa: F401  (registers the ids)
+from vla_gym.wrappers import EpisodeMetrics, MultiCamera, RecordEpisodeVideo, SB3Compat, summarize_episodes
+
+pytest.importorskip("mani_skill", reason='ManiSkill is not installed: pip install -e ".[maniskill]"')
+
+#: state-only ManiSkill envs (disable_env_checker: gymnasium's checker rejects their empty images dict)
+STATE = {"obs_mode": "state", "disable_env_checker": True}
+
+
+@pytest.fixture(scope="module")
+def state_env():
+    env = SB3Compat(EpisodeMetrics(gym.make("VLA/ManiSkill-PickCube-v0", **STATE)))
+    yield env
+    env.close()
+
+
+def push_cube(state):
+    """Scripted PushCube policy on ManiSkill's state (tcp pose 18:25, goal 25:28, cube pose 28:35):
+    lower the closed gripper behind the cube, then push it along +x to the goal."""
+    tcp, goal, cube = state[18:21], state[25:28], state[28:31]
+    if tcp[2] > 0.03 or abs(tcp[1] - cube[1]) > 0.01:
+        target = np.array([cube[0] - 0.05, cube[1], 0.02])
+    else:
+        target = np.array([goal[0], cube[1], 0.02])
+    return np.concatenate([np.clip((target - tcp) / 0.1, -1, 1), np.zeros(3), [1.0]])
+
+
+def test_episode_metrics_success_once_and_per_task_summary():
+    env = EpisodeMetrics(gym.make("VLA/ManiSkill-PushCube-v0", **STATE))
+    episodes = []
+    for seed in (0, 3):  # the scripted pusher solves seed 0 in 8 steps and misses with seed 3
+        obs, _ = env.reset(seed=seed)
+        terminated = truncated = False
+        while not (terminated or truncated):
+            obs, _, terminated, truncated, info = env.step(push_cube(obs["state"]))
+        episodes.append(info["episode_metrics"])
+    env.close()
+    solved, missed = episodes
+    assert solved["env/success_once"] == 1.0 and solved["env/episode_len"] == 8
+    assert missed["env/success_once"] == 0.0 and missed["env/episode_len"] == 50
+    summary = summarize_episodes(episodes)
+    assert summary["env/success_once"] == 0.5 and summary["env/success_once/PushCube"] == 0.5
+    assert summary["env/episode_len"] == 29.0 and summary["env/episodes"] == 2.0
+
+
+def test_image_wrappers_refuse_a_state_only_env(state_env, tmp_path):
+    with pytest.raises(ValueError, match="camera images"):
+        RecordEpisodeVideo(state_env.env, str(tmp_path))
+    with pytest.raises(ValueError, match="camera images"):
+        MultiCamera(state_env.env)
+
+
+# ---------------------------------------------------------------------------------- Stable-Baselines3
+@pytest.fixture(scope="module")
+def check_env():
+    pytest.importorskip("stable_baselines3", reason='pip install -e ".[sb3]"')
+    from stable_baselines3.common.env_checker import check_env
+
+    return check_env
+
+
+def test_state_only_env_is_a_box_and_passes_check_env(state_env, check_env):
+    assert isinstance(state_env.observation_space, gym.spaces.Box)
+    check_env(state_env)
+
+
+def test_hashed_instruction_gives_a_dict_of_boxes(state_env, check_env):
+    env = SB3Compat(state_env.env, instruction="hash", instruction_dim=16)
+    assert set(env.observation_space.spaces) == {"state", "instruction"}
+    check_env(env)
+    obs, _ = env.reset(seed=0)
+    assert obs["instruction"].shape == (16,) and np.isclose(np.linalg.norm(obs["instruction"]), 1.0)
+
+
+def test_ppo_trains_2000_steps(state_env, check_env):
+    from stable_baselines3 import PPO
+
+    model = PPO("MlpPolicy", state_env, n_steps=500, batch_size=100, n_epochs=2, seed=0, device="cpu")
+    model.learn(total_timesteps=2000)
+    assert model.num_timesteps >= 2000
+    assert len(model.ep_info_buffer) >= 2000 // 50 - 1  # SB3's Monitor saw the 50-step episodes end
