@@ -25,7 +25,7 @@ from vla_gym.wrappers import EpisodeMetrics, SB3Compat, summarize_episodes
 
 
 def make_env(env_id: str) -> gym.Env:
-    env = vla_gym.make(env_id, obs_mode="state", disable_env_checker=True)
+    env = vla_gym.make(env_id, obs_mode="state")
     return SB3Compat(EpisodeMetrics(env))
 
 

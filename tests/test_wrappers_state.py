@@ -10,8 +10,8 @@ from vla_gym.wrappers import EpisodeMetrics, MultiCamera, RecordEpisodeVideo, SB
 
 pytest.importorskip("mani_skill", reason='ManiSkill is not installed: pip install -e ".[maniskill]"')
 
-#: state-only ManiSkill envs (disable_env_checker: gymnasium's checker rejects their empty images dict)
-STATE = {"obs_mode": "state", "disable_env_checker": True}
+#: state-only ManiSkill envs
+STATE = {"obs_mode": "state"}
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ from vla_gym.registry import UnknownEnvError
 from vla_gym.vector import WorkerCrashedError
 from vla_gym.wrappers import EpisodeMetrics, MultiCamera, RecordEpisodeVideo, finished_episodes
 
-#: state-only ManiSkill envs (disable_env_checker: gymnasium's checker rejects their empty images dict)
-MANISKILL_STATE = {"obs_mode": "state", "disable_env_checker": True}
+#: state-only ManiSkill envs
+MANISKILL_STATE = {"obs_mode": "state"}
 
 
 @pytest.fixture(scope="module")

@@ -46,6 +46,8 @@ class VLAEnv(gym.Env):
     ):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        if render_mode is not None and not backend.camera_roles:
+            raise ValueError("render_mode='rgb_array' needs a camera; this env has none (state-only)")
         self.backend = backend
         self.tasks = list(tasks)
         self.task_id = schema.check_index("task_id", task_id, len(self.tasks))
@@ -55,7 +57,8 @@ class VLAEnv(gym.Env):
         self.max_episode_steps_override = max_episode_steps
         self.render_mode = render_mode
         self.paraphrase_instructions = paraphrase_instructions
-        self.metadata = dict(self.metadata, render_fps=backend.control_hz)
+        self.metadata = dict(self.metadata, render_fps=backend.control_hz,
+                             render_modes=["rgb_array"] if backend.camera_roles else [])
 
         self.action_space = schema.action_space(backend.action_dim)
         self.observation_space = schema.observation_space(
@@ -136,7 +139,10 @@ class VLAEnv(gym.Env):
         return self._elapsed
 
     def _observation(self) -> dict[str, Any]:
-        return {"images": dict(self._images), "state": self.backend.state(), "instruction": self.instruction}
+        obs = {"images": dict(self._images)} if self.backend.camera_roles else {}  # none: state-only env
+        obs["state"] = self.backend.state()
+        obs["instruction"] = self.instruction
+        return obs
 
     def _info(self, success: bool, observed: bool) -> dict[str, Any]:
         task = self.task

@@ -4,6 +4,7 @@ Observation (a ``spaces.Dict``)::
 
     {
       "images":      {role: uint8 (H, W, 3)},  # right side up; roles: main, wrist | left_wrist, right_wrist
+                                                # (absent when an env has no cameras, e.g. state-only)
       "state":       float32 (D,),              # proprioception, see docs/schema.md per backend
       "instruction": str,                       # natural language, spaces.Text
     }
@@ -29,19 +30,16 @@ def observation_space(
     camera_roles: Sequence[str], image_size: tuple[int, int], state_dim: int, max_instruction_length: int = 0
 ) -> spaces.Dict:
     height, width = image_size
-    images = spaces.Dict(
-        {role: spaces.Box(0, 255, (height, width, 3), np.uint8) for role in camera_roles}
+    fields = {}
+    if camera_roles:  # gymnasium rejects an empty Dict space: camera-less (state-only) envs have no "images"
+        fields["images"] = spaces.Dict(
+            {role: spaces.Box(0, 255, (height, width, 3), np.uint8) for role in camera_roles}
+        )
+    fields["state"] = spaces.Box(-np.inf, np.inf, (state_dim,), np.float32)
+    fields["instruction"] = spaces.Text(
+        max_length=max(MAX_INSTRUCTION_LENGTH, max_instruction_length), min_length=0, charset=INSTRUCTION_CHARSET,
     )
-    return spaces.Dict(
-        {
-            "images": images,
-            "state": spaces.Box(-np.inf, np.inf, (state_dim,), np.float32),
-            "instruction": spaces.Text(
-                max_length=max(MAX_INSTRUCTION_LENGTH, max_instruction_length), min_length=0,
-                charset=INSTRUCTION_CHARSET,
-            ),
-        }
-    )
+    return spaces.Dict(fields)
 
 
 def action_space(action_dim: int = 7) -> spaces.Box:
