@@ -213,6 +213,11 @@ class ManiSkillBackend(Backend):
         self._success_reward = False
         self._obs = None
 
+    @property
+    def maniskill_env(self):
+        """The loaded ManiSkill env (unwrapped), e.g. for privileged state in scripted experts; None before load()."""
+        return None if self._env is None else self._env.unwrapped
+
     # ------------------------------------------------------------------------------------ life cycle
     def load(self, task: TaskSpec) -> None:
         maniskill_id = task.extra["maniskill_id"]

@@ -1,0 +1,188 @@
+"""ManiSkill3 PushCube from state (end-effector delta control): vla_gym's PPO next to Stable-Baselines3's.
+
+    python benchmarks/bench_ppo_maniskill.py                      # 15 + 15 minutes on a 2-core machine
+    python benchmarks/bench_ppo_maniskill.py --minutes 2 --skip-sb3   # short form (CI): it runs, nothing is claimed
+    python benchmarks/bench_ppo_maniskill.py --plot docs/figures/ppo_maniskill_pushcube.png --json pushcube.json
+
+vla_gym: ``torchrun --nproc_per_node=2 trainers/ppo.py --config examples/configs/maniskill_pushcube_ppo.yaml``
+(its 120k env steps, the learning rate decaying linearly to 0) with a wall-clock limit (``time_limit_s``),
+evaluating 20 deterministic episodes (new seeds) every 25 updates (10k env steps) and at the end. Stable-Baselines3 (run afterwards, alone, for the same wall-clock budget): PPO MlpPolicy 3x256,
+gamma 0.8, GAE lambda 0.9, otherwise SB3's defaults, in 2 subprocess envs (``SubprocVecEnv``) over the same
+env through vla_gym's ``SB3Compat`` wrapper; its success is that of its training episodes (as in the issue's
+reference figure, 0.80 after 28 minutes), plus 20 deterministic evaluation episodes at the end.
+
+Reported: minutes and env steps until evaluation success first reaches 0.8, final evaluation success, env
+steps per second. The numbers depend on the machine's load: run it on an otherwise idle machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+ENV_ID = "VLA/ManiSkill-PushCube-v0"
+CONFIG = "examples/configs/maniskill_pushcube_ppo.yaml"
+
+
+def scalars(run: pathlib.Path, *keys: str) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    tags = accumulator.Tags()["scalars"]
+    return {key: [(e.step, e.value) for e in accumulator.Scalars(key)] if key in tags else [] for key in keys}
+
+
+def run_ours(minutes: float, workdir: pathlib.Path, extra: list[str]) -> dict:
+    # the config's total_timesteps (its learning rate decays to 0 there), cut at the wall-clock budget
+    overrides = [f"run_dir={workdir}", "name=vla_gym", f"time_limit_s={minutes * 60}", "eval.every=25",
+                 "eval.episodes=20", "eval.video=false", "logging.progress_bar=false", "checkpoint.resume=null", *extra]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               "trainers/ppo.py", "--config", CONFIG, *overrides]
+    print("running:", " ".join(command[1:]), flush=True)
+    start = time.perf_counter()
+    subprocess.run(command, cwd=ROOT, check=True)
+    seconds = time.perf_counter() - start
+    run = workdir / "vla_gym"
+    data = scalars(run, "eval/success_rate", "eval/elapsed_s", "env/success_once", "time/elapsed_s", "time/total_fps")
+    evals = [(step, t, s) for (step, s), (_, t) in zip(data["eval/success_rate"], data["eval/elapsed_s"])]
+    train = [(step, t, s) for (step, s), (_, t) in zip(data["env/success_once"], data["time/elapsed_s"])]
+    final = json.loads((run / "eval" / "eval.json").read_text())["summary"]["overall"]
+    steps = data["time/total_fps"][-1][0] if data["time/total_fps"] else 0
+    return {"seconds": seconds, "evals": evals, "train": train, "final_eval_success": final["success_rate"],
+            "steps": steps, "steps_per_s": data["time/total_fps"][-1][1] if data["time/total_fps"] else 0.0}
+
+
+def make_sb3_env():
+    from vla_gym.wrappers import EpisodeMetrics, SB3Compat
+
+    import vla_gym
+
+    # disable_env_checker: gymnasium's checker rejects the empty images dict of state-only observations
+    return SB3Compat(EpisodeMetrics(vla_gym.make(ENV_ID, obs_mode="state", disable_env_checker=True)))
+
+
+def run_sb3(minutes: float) -> dict:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    train: list[tuple[int, float, float]] = []
+
+    class Track(BaseCallback):
+        """Training-episode success (mean of the last 20 episodes) and the wall-clock budget."""
+
+        def _on_training_start(self) -> None:
+            self.start, self.window = time.perf_counter(), []
+
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if "episode_metrics" in info:
+                    self.window = (self.window + [info["episode_metrics"]["env/success_once"]])[-20:]
+                    train.append((self.num_timesteps, time.perf_counter() - self.start, float(np.mean(self.window))))
+            return time.perf_counter() - self.start < minutes * 60
+
+    envs = SubprocVecEnv([make_sb3_env, make_sb3_env])
+    model = PPO("MlpPolicy", envs, gamma=0.8, gae_lambda=0.9, policy_kwargs={"net_arch": [256, 256, 256]},
+                device="cpu", seed=0, verbose=0)
+    start = time.perf_counter()
+    model.learn(10_000_000, callback=Track())
+    seconds = time.perf_counter() - start
+    steps = int(model.num_timesteps)
+    envs.close()
+
+    env = make_sb3_env()
+    successes = []
+    for k in range(20):
+        obs, _ = env.reset(seed=10**9 + k)
+        done, success = False, False
+        while not done:
+            obs, _, terminated, truncated, info = env.step(model.predict(obs, deterministic=True)[0])
+            success |= bool(info.get("success"))
+            done = terminated or truncated
+        successes.append(success)
+    env.close()
+    return {"seconds": seconds, "train": train, "final_eval_success": float(np.mean(successes)), "steps": steps,
+            "steps_per_s": steps / seconds}
+
+
+def first_reaching(rows: list[tuple[int, float, float]], level: float = 0.8):
+    for step, t, value in rows:
+        if value >= level:
+            return step, t / 60
+    return None, None
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    series = [("vla_gym", "evals", "vla_gym PPO, evaluation (20 ep.)", "tab:blue", "-"),
+              ("vla_gym", "train", "vla_gym PPO, training episodes", "tab:blue", ":"),
+              ("sb3", "train", "SB3 PPO, training episodes (last 20)", "tab:orange", ":")]
+    for name, key, label, color, style in series:
+        rows = results.get(name, {}).get(key) or []
+        if rows:
+            steps, times, values = zip(*rows)
+            axes[0].plot(np.array(times) / 60, values, style, color=color, label=label)
+            axes[1].plot(steps, values, style, color=color, label=label)
+    for ax, xlabel in zip(axes, ("minutes (2 CPU cores)", "env steps")):
+        ax.axhline(0.8, color="gray", ls="--", lw=1)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("success rate")
+        ax.set_ylim(-0.02, 1.02)
+    axes[0].legend(loc="lower right", fontsize=8)
+    fig.suptitle("PPO on ManiSkill3 PushCube (state, end-effector delta control)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=15.0, help="wall-clock budget of each implementation")
+    parser.add_argument("--skip-sb3", action="store_true")
+    parser.add_argument("--workdir", help="where vla_gym's run goes (default: a temporary directory)")
+    parser.add_argument("--plot")
+    parser.add_argument("--json")
+    parser.add_argument("overrides", nargs="*", help="extra config overrides for vla_gym's run")
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+    workdir = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="bench_pushcube_"))
+    results = {"minutes": args.minutes, "vla_gym": run_ours(args.minutes, workdir, args.overrides)}
+    if not args.skip_sb3:
+        results["sb3"] = run_sb3(args.minutes)
+
+    print(f"\n| PushCube, {args.minutes:g} min budget | env steps/s | env steps | eval success reaches 0.8 "
+          "(min / env steps) | final eval success (20 ep.) |")
+    print("|---|---:|---:|---|---:|")
+    for name, label, key in (("vla_gym", "vla_gym PPO, 2 torchrun processes", "evals"),
+                             ("sb3", "SB3 PPO, 2 subprocess envs", "train")):
+        if name not in results:
+            continue
+        r = results[name]
+        step, minutes = first_reaching(r[key])
+        reached = f"{minutes:.1f} min / {step}" if step is not None else "not reached"
+        if name == "sb3":
+            reached += " (training episodes)"
+        print(f"| {label} | {r['steps_per_s']:.0f} | {r['steps']} | {reached} | {r['final_eval_success']:.2f} |")
+    if args.plot:
+        plot(results, args.plot)
+        print(f"curves: {args.plot}")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

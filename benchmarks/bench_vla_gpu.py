@@ -1,0 +1,157 @@
+"""Realistic-size VLA on a GPU: rollout + PPO update on a real env; prints samples/s and peak memory.
+
+    python benchmarks/bench_vla_gpu.py                                    # PaliGemma-3B-size action-token VLA, bf16
+    python benchmarks/bench_vla_gpu.py --family smolvlm --policy continuous
+    python benchmarks/bench_vla_gpu.py --family pi0 --policy pi0 --chunk 4
+
+The weights are random (from a config with the layer shapes of PaliGemma-3B / SmolVLM-2.2B / PI0:
+:func:`vla_gym.trainers.policies.vla_models.build_vlm` with ``size="full"``, saved in bf16 and loaded back
+through the policies' ``from_pretrained`` path), so the numbers measure compute and memory, not skill.
+One PPO run through vla_gym's trainer: ``--updates`` rollouts of ``--n-steps`` vector steps in
+``--num-envs`` ManiSkill envs (224 px main camera, an action chunk of ``--chunk`` steps), each followed by
+one epoch of minibatches of ``--batch-size``. Reported: rollout samples/s (policy forward + env), update
+samples/s (forward + backward + Adam on LoRA and heads), the whole loop's samples/s and the peak GPU memory.
+
+``--env synthetic`` replaces the simulator by :class:`SyntheticVLAEnv` (random 224 px images, the unified
+observation schema, 50-step episodes) for GPU machines without ManiSkill/Vulkan: the numbers then measure
+the model side only (the env costs nothing).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+
+
+def synthetic_env_class():
+    """A gymnasium env with vla_gym's observation schema and random observations (model-side benchmarks)."""
+    import gymnasium as gym
+    import numpy as np
+    from gymnasium import spaces
+
+    class SyntheticVLAEnv(gym.Env):
+        def __init__(self, cameras=("main",), image_size=224, action_dim=7, episode_steps=50):
+            self.cameras, self.size, self.episode_steps = list(cameras), image_size, episode_steps
+            self.observation_space = spaces.Dict({
+                "images": spaces.Dict({r: spaces.Box(0, 255, (image_size, image_size, 3), np.uint8) for r in cameras}),
+                "state": spaces.Box(-np.inf, np.inf, (8,), np.float32), "instruction": spaces.Text(256),
+            })
+            self.action_space = spaces.Box(-1, 1, (action_dim,), np.float32)
+            self.t = 0
+
+        def _obs(self):
+            rng = self.np_random
+            return {"images": {r: rng.integers(0, 256, (self.size, self.size, 3), dtype=np.uint8) for r in self.cameras},
+                    "state": rng.standard_normal(8).astype(np.float32), "instruction": "pick up the red cube"}
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.t = 0
+            return self._obs(), {"success": False}
+
+        def step(self, action):
+            self.t += 1
+            return self._obs(), float(self.np_random.random()), False, self.t >= self.episode_steps, {"success": False}
+
+    return SyntheticVLAEnv
+
+
+def make_envs(args, env_kwargs: dict, wrappers: list):
+    import vla_gym
+
+    if args.env != "synthetic":
+        return vla_gym.make_vec(args.env, args.num_envs, vectorization="async", wrappers=wrappers, **env_kwargs)
+    from gymnasium import spaces
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    cls = synthetic_env_class()
+
+    def make():
+        env = cls(cameras=env_kwargs["cameras"], image_size=env_kwargs["image_size"])
+        if args.chunk > 1:  # K actions per step, as ActionChunk's action space
+            env.action_space = spaces.Box(-1, 1, (args.chunk, 7), "float32")
+        return env
+
+    return SyncVectorEnv([make] * args.num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--family", choices=("paligemma", "smolvlm", "pi0"), default="paligemma")
+    parser.add_argument("--policy", choices=("tokens", "continuous", "pi0"), default="tokens")
+    parser.add_argument("--env", default="VLA/ManiSkill-PickCube-v0")
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--chunk", type=int, default=4)
+    parser.add_argument("--n-steps", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--updates", type=int, default=2)
+    parser.add_argument("--lora-rank", type=int, default=32)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--model-dir", default=None, help="reuse a model built by an earlier run")
+    parser.add_argument("--json", default=None, help="also write the results here")
+    args = parser.parse_args(argv)
+
+    import torch
+    from vla_gym.trainers import PPO
+    from vla_gym.trainers.config import config_from_dict
+    from vla_gym.trainers.policies import make_policy
+    from vla_gym.trainers.policies.vla_models import build_vlm
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model_dir = args.model_dir or os.path.join(tempfile.gettempdir(), f"vla_bench_{args.family}_full")
+    t0 = time.perf_counter()
+    if not os.path.exists(os.path.join(model_dir, "config.json")):
+        build_vlm(model_dir, family=args.family, size="full", device=device, dtype=args.dtype,
+                  **({"chunk_size": max(args.chunk, 4)} if args.family == "pi0" else {}))
+    build_s = time.perf_counter() - t0
+
+    env_kwargs = {"cameras": ["main", "wrist"] if args.policy == "pi0" else ["main"], "image_size": 224}
+    wrappers = [{"name": "ActionChunk", "kwargs": {"chunk_size": args.chunk}}] if args.chunk > 1 else []
+    envs = make_envs(args, env_kwargs, wrappers)
+    names = {"tokens": "vla_gym.trainers.policies.vla_tokens:ActionTokenVLAPolicy",
+             "continuous": "vla_gym.trainers.policies.vla_continuous:ContinuousVLAPolicy",
+             "pi0": "vla_gym.trainers.policies.vla_pi0:PI0Policy"}
+    kwargs = {"model": model_dir, "dtype": args.dtype}
+    if args.policy != "pi0":
+        kwargs["lora"] = {"rank": args.lora_rank, "alpha": args.lora_rank}
+    t0 = time.perf_counter()
+    policy = make_policy(names[args.policy], envs.single_observation_space, envs.single_action_space, **kwargs)
+    load_s = time.perf_counter() - t0
+    trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in policy.parameters())
+    config = config_from_dict({"env": {"id": args.env, "num_envs": args.num_envs, "kwargs": env_kwargs,
+                                       "wrappers": wrappers},
+                               "eval": {"episodes": 0}, "checkpoint": {"resume": None},
+                               "logging": {"progress_bar": False, "tensorboard": False}, "torch_threads": 0})
+    algo = PPO(policy, envs, config=config, device=device, n_steps=args.n_steps, batch_size=args.batch_size,
+               n_epochs=1, learning_rate=1e-5)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    rows = []
+    algo.learn(args.n_steps * args.num_envs * (args.updates + 1), callback=lambda a, m: rows.append(dict(m)))
+    algo.close()
+    samples = args.n_steps * args.num_envs
+    steady = rows[1:] or rows  # the first update includes CUDA warm-up
+    rollout_s = sum(r["time/rollout_s"] for r in steady) / len(steady)
+    update_s = sum(r["time/update_s"] for r in steady) / len(steady)
+    result = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "env": args.env, "family": args.family,
+        "policy": args.policy, "dtype": args.dtype, "params_total": total, "params_trainable": trainable,
+        "num_envs": args.num_envs, "chunk": args.chunk, "samples_per_rollout": samples,
+        "rollout_samples_per_s": samples / rollout_s, "update_samples_per_s": samples / update_s,
+        "loop_samples_per_s": samples / (rollout_s + update_s),
+        "env_steps_per_s": samples * args.chunk / (rollout_s + update_s),
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
+        "build_s": build_s, "load_s": load_s,
+    }
+    print(json.dumps(result, indent=1))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(result, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""Two processes under ``torchrun --nproc_per_node=2`` on the CPU (gloo).
+
+The tests launch this very file with torchrun; run as a script it is the worker: it trains a few updates
+and saves what the checks compare (parameters, each rank's first observations, its GRPO group specs).
+"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CARTPOLE = {
+    "name": "tr", "total_timesteps": 1024, "device": "cpu", "seed": 3,
+    "env": {"id": "CartPole-v1", "num_envs": 4},
+    "policy": {"kwargs": {"hidden_sizes": [16, 16]}},
+    "ppo": {"n_steps": 64, "batch_size": 64, "n_epochs": 2},
+    "grpo": {"group_size": 2, "groups_per_update": 4, "score": "return", "batch_size": 128, "kl_coef": 0.1},
+    "logging": {"progress_bar": False},
+    "checkpoint": {"every": 2, "resume": None},
+}
+
+
+def torchrun(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run(  # noqa: PLW1510 (the caller checks returncode)
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def check(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+
+
+# ------------------------------------------------------------------------------------------- worker
+def worker(algo_name: str, out: pathlib.Path) -> None:
+    from vla_gym.trainers.config import config_from_dict
+    from vla_gym.trainers.distributed import Distributed
+    from vla_gym.trainers.grpo import GRPO
+    from vla_gym.trainers.ppo import PPO
+
+    dist = Distributed.from_env("cpu")
+    cfg = config_from_dict(dict(CARTPOLE, run_dir=str(out / "runs")))
+    algo = (PPO if algo_name == "ppo" else GRPO).from_config(cfg, dist=dist, write_run=True)
+    initial = {k: v.clone() for k, v in algo.policy.state_dict().items()}
+    first_obs = []
+    specs = []
+    if algo_name == "ppo":
+        original = algo.start_rollouts
+
+        def start(seeds):
+            original(seeds)
+            first_obs.append(algo.collector.obs.tolist())
+        algo.start_rollouts = start
+    else:
+        original_specs = algo.group_specs
+
+        def group_specs():
+            mine = original_specs()
+            specs.extend((s.seed, s.task_id, s.init_state_id) for s in mine)
+            return mine
+        algo.group_specs = group_specs
+    algo.learn()
+    torch.save({"initial": initial, "final": algo.policy.state_dict(), "updates": algo.num_updates,
+                "steps": algo.num_timesteps}, out / f"{algo_name}_rank{dist.rank}.pt")
+    (out / f"{algo_name}_rank{dist.rank}.json").write_text(json.dumps({"first_obs": first_obs, "specs": specs}))
+    algo.close()
+    dist.close()
+
+
+# -------------------------------------------------------------------------------------------- tests
+@pytest.mark.parametrize("algo", ["ppo", "grpo"])
+def test_both_ranks_hold_identical_parameters(tmp_path, algo):
+    check(torchrun(__file__, algo, str(tmp_path)))
+    ranks = [torch.load(tmp_path / f"{algo}_rank{r}.pt") for r in (0, 1)]
+    for key, value in ranks[0]["final"].items():
+        assert torch.equal(value, ranks[1]["final"][key]), key
+        assert torch.equal(ranks[0]["initial"][key], ranks[1]["initial"][key]), key
+    assert any(not torch.equal(ranks[0]["initial"][k], v) for k, v in ranks[0]["final"].items()), "nothing learnt"
+    assert ranks[0]["updates"] == ranks[1]["updates"] >= 2 and ranks[0]["steps"] == ranks[1]["steps"] >= 1024
+    info = [json.loads((tmp_path / f"{algo}_rank{r}.json").read_text()) for r in (0, 1)]
+    if algo == "ppo":  # each rank owns its env shard, seeded apart
+        assert info[0]["first_obs"] != info[1]["first_obs"]
+    else:  # groups never span ranks: each rank draws its own initial states
+        assert not set(map(tuple, info[0]["specs"])) & set(map(tuple, info[1]["specs"]))
+    run = tmp_path / "runs" / "tr"
+    assert (run / "config.yaml").exists() and list((run / "tensorboard").iterdir())
+    assert len(list((run / "checkpoints").glob("ckpt_*.pt"))) >= 1
+    assert len(list((run / "tensorboard").iterdir())) == 1  # only rank 0 logs
+
+
+def test_entry_points_under_torchrun(tmp_path):
+    overrides = [f"run_dir={tmp_path}", "name=cli", "total_timesteps=2048", "checkpoint.every=4", "eval.episodes=4",
+                 "logging.progress_bar=false"]
+    result = torchrun("trainers/ppo.py", "--config", "examples/configs/cartpole_ppo.yaml", *overrides)
+    check(result)
+    assert "run directory:" in result.stdout and result.stdout.count("run directory:") == 1  # rank 0 prints
+    assert (tmp_path / "cli" / "eval" / "eval.md").exists()
+    ckpt = max((tmp_path / "cli" / "checkpoints").glob("*.pt"))
+    result = torchrun("trainers/eval.py", "--checkpoint", str(ckpt), "--episodes-per-task", "6", "--num-envs", "2",
+                      "--out", str(tmp_path / "ev"))
+    check(result)
+    report = json.loads((tmp_path / "ev" / "eval.json").read_text())
+    assert report["summary"]["overall"]["episodes"] == 6
+    assert sorted(e["spec"]["seed"] for e in report["episodes"]) == list(range(6))
+
+
+if __name__ == "__main__":
+    worker(sys.argv[1], pathlib.Path(sys.argv[2]))

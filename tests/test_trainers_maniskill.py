@@ -1,0 +1,131 @@
+"""The trainers on the real simulators: ManiSkill3 (state and images) and LIBERO, a few steps each."""
+import json
+import pathlib
+
+import numpy as np
+import pytest
+import torch
+from vla_gym.trainers import GRPO, PPO
+from vla_gym.trainers.config import EnvConfig
+from vla_gym.trainers.envs import make_envs
+from vla_gym.trainers.evaluation import (
+    EpisodeRunner,
+    EpisodeSpec,
+    suite_specs,
+    write_report,
+)
+from vla_gym.trainers.policies import make_policy
+
+pytest.importorskip("mani_skill")
+PUSHCUBE = "VLA/ManiSkill-PushCube-v0"
+STATE = {"obs_mode": "state"}
+
+
+def first_observations(envs, specs, policy):
+    """Each episode's first observation (state), in spec order."""
+    firsts = {}
+
+    def record(obs, actions, log_probs, jobs):
+        for i, job in enumerate(jobs):
+            if job >= 0 and job not in firsts:
+                firsts[int(job)] = obs["state"][i].clone()
+
+    EpisodeRunner(envs, policy).run(specs, deterministic=False, recorder=record)
+    return [firsts[k] for k in range(len(specs))]
+
+
+def test_ppo_on_pushcube_state_logs_success_and_round_trips(tmp_path):
+    model = PPO("mlp", PUSHCUBE, num_envs=2, n_steps=30, batch_size=30, n_epochs=1, gamma=0.8,
+                env_kwargs=dict(STATE, max_episode_steps=20), policy_kwargs={"hidden_sizes": [32], "normalize_obs": True},
+                bootstrap_terminated=True, run_dir=str(tmp_path), name="pc")
+    metrics = []
+    model.learn(120, callback=lambda algo, m: metrics.append(m))
+    assert model.num_updates == 2 and model.policy.encoder.norm.count.item() == 120
+    assert {"env/success_once", "env/return", "env/episode_len", "rollout/rewards"} <= set(metrics[-1])
+    assert metrics[-1]["env/episode_len"] == 20
+    ckpt = max((tmp_path / "pc" / "checkpoints").glob("*.pt"))
+    loaded = PPO.load(ckpt, env=None, device="cpu")
+    obs = {"images": {}, "state": np.zeros(loaded.policy.observation_space["state"].shape, np.float32),
+           "instruction": "push the cube"}
+    assert loaded.predict(obs)[0].shape == (7,)
+    assert np.allclose(loaded.predict(obs)[0], model.predict(obs)[0])
+    model.close()
+
+
+def test_a_grpo_group_starts_from_one_initial_state():
+    envs = make_envs(EnvConfig(id=PUSHCUBE, num_envs=2, kwargs=dict(STATE, max_episode_steps=3)), 2)
+    policy = make_policy("mlp", envs.single_observation_space, envs.single_action_space, critic=False)
+    specs = [EpisodeSpec(seed=5)] * 3 + [EpisodeSpec(seed=6)] * 3
+    firsts = first_observations(envs, specs, policy)
+    for k in (1, 2, 4, 5):
+        assert torch.equal(firsts[k], firsts[k - k % 3]), k  # same seed: the same cube and goal
+    assert not torch.equal(firsts[0], firsts[3])
+    envs.close()
+
+
+def test_grpo_update_on_pushcube():
+    grpo = GRPO("mlp", PUSHCUBE, num_envs=2, group_size=2, groups_per_update=2, batch_size=64, n_epochs=1,
+                env_kwargs=dict(STATE, max_episode_steps=8), policy_kwargs={"hidden_sizes": [32]})
+    metrics = []
+    grpo.learn(32, callback=lambda algo, m: metrics.append(m))
+    assert metrics[0]["env/episode_len"] == 8 and "rollout/uniform_groups" in metrics[0]
+    assert grpo.num_timesteps == 32
+    grpo.close()
+
+
+def test_cnn_policy_with_images_action_chunks_and_video(tmp_path):
+    kwargs = {"cameras": ["main", "wrist"], "image_size": 64, "max_episode_steps": 6}
+    cfg = EnvConfig(id=PUSHCUBE, num_envs=2, kwargs=kwargs,
+                    wrappers=[{"name": "ActionChunk", "chunk_size": 2}, "EpisodeMetrics"])
+    envs = make_envs(cfg, 2)
+    assert envs.single_action_space.shape == (2, 7)
+    model = PPO("cnn", envs, n_steps=4, batch_size=8, n_epochs=1, policy_kwargs={"image_features": 16,
+                                                                                 "hidden_sizes": [16]})
+    metrics = []
+    model.learn(16, callback=lambda algo, m: metrics.append(m))
+    assert metrics[-1]["env/episode_len"] == 6  # EpisodeMetrics counts env steps: 3 chunks of 2
+    results = EpisodeRunner(envs, model.policy).run([EpisodeSpec(seed=1), EpisodeSpec(seed=2)],
+                                                    video_dir=tmp_path, video_episodes=1)
+    assert [r.length for r in results] == [6, 6] and results[0].task_name == "PushCube"
+    video = pathlib.Path(results[0].video)
+    assert video.exists() and video.stat().st_size > 1000 and results[1].video is None
+    import imageio.v3 as iio
+
+    frames = iio.imread(video)
+    assert frames.shape[0] == 4 and frames.shape[1:] == (448, 672, 3)  # reset + 3 chunks, main + wrist layout
+    model.close()
+
+
+def test_suite_evaluation_on_libero_init_states(tmp_path):
+    pytest.importorskip("libero")
+    envs = make_envs(EnvConfig(id="VLA/LiberoSpatial-v0", num_envs=1, kwargs={"image_size": 64, "max_episode_steps": 2,
+                                                                               "cameras": ["main"]}), 1)
+    specs = suite_specs(envs, episodes_per_task=2, task_ids=[0, 3])
+    assert [(s.task_id, s.init_state_id) for s in specs] == [(0, 0), (0, 1), (3, 0), (3, 1)]
+    policy = make_policy("cnn", envs.single_observation_space, envs.single_action_space, image_features=8,
+                         hidden_sizes=[8])
+    results = EpisodeRunner(envs, policy).run(specs)
+    assert [(r.task_id, r.spec.init_state_id, r.length) for r in results] == [(0, 0, 2), (0, 1, 2), (3, 0, 2),
+                                                                               (3, 1, 2)]
+    summary = write_report(results, tmp_path)
+    assert len(summary["tasks"]) == 2 and summary["overall"]["episodes"] == 4
+    table = (tmp_path / "eval.md").read_text()
+    assert results[0].task_name in table and results[2].task_name in table
+    assert json.loads((tmp_path / "eval.json").read_text())["episodes"][3]["spec"]["init_state_id"] == 1
+    envs.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, args", [
+    ("benchmarks/bench_ppo_maniskill.py", ["--minutes", "1", "--skip-sb3"]),
+    ("benchmarks/bench_grpo_maniskill.py", ["--ppo-minutes", "1", "--grpo-minutes", "1", "--episodes", "6"]),
+])
+def test_maniskill_benchmarks_short_form(tmp_path, script, args):
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    result = subprocess.run([sys.executable, script, *args, "--workdir", str(tmp_path), "--json", str(tmp_path / "r.json")],
+                            cwd=root, capture_output=True, text=True, timeout=1800, check=False)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert json.loads((tmp_path / "r.json").read_text())

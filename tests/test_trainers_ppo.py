@@ -1,0 +1,163 @@
+"""PPO and GRPO end to end on CartPole: Python API, entry points, logging names, checkpoints, SIGKILL + resume."""
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from vla_gym.trainers import GRPO, PPO
+from vla_gym.trainers.checkpoint import load_checkpoint, load_policy
+from vla_gym.trainers.config import config_from_dict
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CONFIG = "examples/configs/cartpole_ppo.yaml"
+ISSUE_SCALARS = {
+    "train/actor/approx_kl", "train/actor/clip_fraction", "train/actor/clipped_ratio", "train/actor/grad_norm",
+    "train/actor/lr", "train/actor/policy_loss", "train/critic/value_loss", "train/critic/value_clip_ratio",
+    "train/critic/explained_variance", "train/entropy_loss", "train/loss", "rollout/advantages_max",
+    "rollout/advantages_mean", "rollout/advantages_min", "rollout/rewards", "env/episode_len", "env/return",
+    "env/reward",
+}
+
+
+def run_script(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    command = [sys.executable, script, *args]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout,  # noqa: PLW1510
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def scalar_tags(run: pathlib.Path) -> set[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(run / "tensorboard"))
+    accumulator.Reload()
+    return set(accumulator.Tags()["scalars"])
+
+
+def test_ppo_learns_cartpole_and_round_trips_through_save_load(tmp_path):
+    model = PPO("mlp", "CartPole-v1", num_envs=8, n_steps=32, batch_size=256, n_epochs=20, learning_rate=1e-3,
+                gamma=0.98, gae_lambda=0.8, lr_schedule="linear", clip_schedule="linear", seed=1)
+    returns = []
+    model.learn(25_000, callback=lambda algo, metrics: returns.append(metrics.get("env/return", np.nan)))
+    assert model.num_timesteps >= 25_000
+    assert np.nanmax(returns[-10:]) > 150, returns  # random play scores about 20
+
+    model.save(tmp_path / "model.pt")
+    loaded = PPO.load(tmp_path / "model.pt", device="cpu")
+    obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32) * 0.05
+    assert np.array_equal(model.predict(obs)[0], loaded.predict(obs)[0])
+    action, _ = loaded.predict(obs[0])
+    assert np.ndim(action) == 0 and action in (0, 1)
+    policy = load_policy(tmp_path / "model.pt")
+    assert torch.equal(policy.act(torch.as_tensor(obs), deterministic=True)[0], torch.as_tensor(model.predict(obs)[0]))
+    model.close()
+
+
+def test_cli_writes_config_tensorboard_checkpoints_and_eval(tmp_path):
+    result = run_script("trainers/ppo.py", "--config", CONFIG, f"run_dir={tmp_path}", "name=cli",
+                        "total_timesteps=3000", "checkpoint.every=5", "checkpoint.keep_last=2", "eval.episodes=3",
+                        "logging.progress_bar=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "cli"
+    resolved = config_from_dict(__import__("yaml").safe_load((run / "config.yaml").read_text()))
+    assert resolved.total_timesteps == 3000 and resolved.ppo.n_steps == 32
+    assert ISSUE_SCALARS <= scalar_tags(run), ISSUE_SCALARS - scalar_tags(run)
+    assert "env/success_once" not in scalar_tags(run)  # CartPole reports no success
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert names == ["ckpt_00000010.pt", "ckpt_00000012.pt"]  # keep_last=2; the final one after 12 updates
+    assert "| **all** | 3 | n/a |" in (run / "eval" / "eval.md").read_text()
+    assert f"checkpoint:  {run / 'checkpoints' / 'ckpt_00000012.pt'}" in result.stdout
+
+
+def test_config_errors_name_the_key(tmp_path):
+    result = run_script("trainers/ppo.py", "--config", CONFIG, "ppo.n_stepz=3")
+    assert result.returncode == 2 and "ppo.n_stepz" in result.stderr and "n_steps" in result.stderr
+    result = run_script("trainers/grpo.py", "--config", CONFIG, "grpo.group_size=four")
+    assert result.returncode == 2 and "grpo.group_size: expected an integer" in result.stderr
+    result = run_script("trainers/ppo.py", "--config", CONFIG, "--print-config", "env.num_envs=2")
+    assert result.returncode == 0 and "num_envs: 2" in result.stdout
+
+
+def test_sigkilled_run_resumes_from_its_last_checkpoint(tmp_path):
+    args = ["trainers/ppo.py", "--config", CONFIG, f"run_dir={tmp_path}", "name=killed", "total_timesteps=400000",
+            "checkpoint.every=3", "logging.progress_bar=false", "eval.episodes=0"]
+    process = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    checkpoints = tmp_path / "killed" / "checkpoints"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(checkpoints.glob("ckpt_*.pt"))) < 2:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL
+    last = max(checkpoints.glob("ckpt_*.pt"))
+    state = load_checkpoint(last)
+    done_updates, done_steps = state["counters"]["num_updates"], state["counters"]["num_timesteps"]
+    assert done_updates % 3 == 0 and done_steps == done_updates * 256
+
+    target = done_steps + 256 * 4
+    result = run_script(*args[:5], f"total_timesteps={target}", *args[6:])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"resumed from {last} at update {done_updates}, {done_steps} env steps" in result.stdout
+    final = load_checkpoint(max(checkpoints.glob("ckpt_*.pt")))
+    assert final["counters"] == {"num_updates": done_updates + 4, "num_timesteps": target}
+    assert final["optimizer"]["state"]  # Adam moments came back and went on
+    assert not list(checkpoints.glob("*.tmp"))
+
+
+def test_resume_restores_model_optimizer_counters_and_rng(tmp_path):
+    cfg = config_from_dict({"env": {"num_envs": 2}, "ppo": {"n_steps": 16, "batch_size": 16, "n_epochs": 1},
+                            "run_dir": str(tmp_path), "name": "r", "logging": {"progress_bar": False},
+                            "checkpoint": {"every": 1, "resume": "auto"}, "eval": {"episodes": 0}})
+    first = PPO.from_config(cfg).learn(64)
+    first_rng = (torch.rand(3), first.generator.get_state())
+    first.close()
+    resumed = PPO.from_config(cfg)
+    resumed._total_timesteps = 64
+    resumed._start_run()
+    assert (resumed.num_updates, resumed.num_timesteps) == (2, 64)
+    for key, value in first.policy.state_dict().items():
+        assert torch.equal(value, resumed.policy.state_dict()[key])
+    assert torch.equal(torch.rand(3), first_rng[0]) and torch.equal(resumed.generator.get_state(), first_rng[1])
+    resumed.close()
+
+
+def test_grpo_from_a_ppo_checkpoint_with_reference_kl(tmp_path):
+    ppo = PPO("mlp", "CartPole-v1", num_envs=2, n_steps=16, batch_size=32, n_epochs=1)
+    ppo.learn(32).save(tmp_path / "ppo.pt")
+    grpo = GRPO("mlp", "CartPole-v1", num_envs=2, group_size=3, groups_per_update=2, score="return", kl_coef=0.05,
+                init_checkpoint=str(tmp_path / "ppo.pt"), batch_size=64, n_epochs=2)
+    assert not grpo.policy.has_critic
+    for key, value in grpo.policy.state_dict().items():
+        assert torch.equal(value, ppo.policy.state_dict()[key])
+    metrics = []
+    grpo.learn(200, callback=lambda algo, m: metrics.append(m))
+    assert {"train/actor/kl_ref", "rollout/advantages_mean", "env/return", "train/actor/clip_fraction"} <= set(metrics[0])
+    assert metrics[0]["rollout/advantages_min"] < 0 < metrics[0]["rollout/advantages_max"]  # returns differ in a group
+    with pytest.raises(ValueError, match="grpo.score=return"):
+        GRPO("mlp", "CartPole-v1", num_envs=1, group_size=2, groups_per_update=1).learn(10)
+    ppo.close()
+    grpo.close()
+
+
+@pytest.mark.slow
+def test_cartpole_benchmark_short_form(tmp_path):
+    result = run_script("benchmarks/bench_ppo_cartpole.py", "--seeds", "1", "--steps", "40000",
+                        "--json", str(tmp_path / "bench.json"), timeout=1200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = __import__("json").loads((tmp_path / "bench.json").read_text())
+    assert data["vla_gym"]["summary"]["eval_return"] > 150 and data["speedup"] > 0
+
+
+def test_a_video_that_cannot_be_rendered_is_reported_not_fatal(tmp_path):
+    if __import__("importlib.util").util.find_spec("pygame") is not None:
+        pytest.skip("CartPole renders here (pygame is installed)")
+    result = run_script("trainers/ppo.py", "--config", CONFIG, f"run_dir={tmp_path}", "name=v", "total_timesteps=256",
+                        "eval.episodes=1", "eval.video=true", "eval.video_env_kwargs.render_mode=rgb_array",
+                        "logging.progress_bar=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "no evaluation video (CartPole-v1 with {'render_mode': 'rgb_array'})" in result.stdout
+    assert (tmp_path / "v" / "eval" / "eval.md").exists()

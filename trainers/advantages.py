@@ -1,0 +1,43 @@
+"""Advantage estimators: GAE for PPO, group-relative for GRPO.
+
+    >>> adv, returns = gae(rewards, values, dones, last_values, gamma=0.99, lam=0.95)   # [T, N] each
+    >>> group_advantages(torch.tensor([1., 0., 1., 1.]), group_size=2)
+    tensor([ 0.5000, -0.5000,  0.0000,  0.0000])
+
+``dones[t]`` means the episode ended at step ``t``: nothing is bootstrapped past it. Truncated
+episodes are bootstrapped by the rollout, which adds ``gamma * V(final observation)`` to the
+reward of the truncating step before calling :func:`gae`.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def gae(
+    rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_values: torch.Tensor,
+    gamma: float, lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over ``[T, N]`` tensors; returns (advantages, returns)."""
+    rewards, values, dones = rewards.double(), values.double(), dones.double()
+    advantages = torch.zeros_like(rewards)
+    running = torch.zeros_like(last_values, dtype=torch.float64)
+    next_values = last_values.double()
+    for t in reversed(range(rewards.shape[0])):
+        nonterminal = 1.0 - dones[t]
+        delta = rewards[t] + gamma * next_values * nonterminal - values[t]
+        running = delta + gamma * lam * nonterminal * running
+        advantages[t] = running
+        next_values = values[t]
+    returns = advantages + values
+    return advantages.float(), returns.float()
+
+
+def group_advantages(scores: torch.Tensor, group_size: int, normalize_std: bool = False, eps: float = 1e-6) -> torch.Tensor:
+    """Score minus its group's mean (optionally divided by the group's std); groups are consecutive."""
+    if scores.numel() % group_size:
+        raise ValueError(f"{scores.numel()} scores do not split into groups of {group_size}")
+    grouped = scores.reshape(-1, group_size).float()
+    advantages = grouped - grouped.mean(dim=1, keepdim=True)
+    if normalize_std:
+        advantages = advantages / (grouped.std(dim=1, unbiased=False, keepdim=True) + eps)
+    return advantages.reshape(-1)

@@ -1,0 +1,88 @@
+"""Evaluate a checkpoint over a suite's tasks x initial states: per-task success table and videos.
+
+    python trainers/eval.py --checkpoint runs/pushcube/checkpoints/ckpt_00000100.pt --episodes-per-task 50
+    python trainers/eval.py --checkpoint CKPT --num-envs 4 --tasks 0,3 --video-episodes 2 env.id=VLA/LiberoSpatial-v0
+    torchrun --nproc_per_node=2 trainers/eval.py --checkpoint CKPT --num-envs 2     # episodes split over ranks
+
+The env is the checkpoint's training env (``env.*`` of its config, with ``eval.env_kwargs`` applied, and
+``eval.video_env_kwargs`` too when videos are asked for);
+``key.sub=value`` arguments override that config (e.g. another suite, ``env.kwargs.render_mode=rgb_array``).
+Episodes: every (task, init state) of a vla_gym env, at most ``--episodes-per-task`` per task; envs without
+a task list play ``--episodes-per-task`` seeds. ``--num-envs 1`` evaluates the suite in a loop; more envs play
+that many episodes at a time. Writes ``eval.md`` (Markdown table), ``eval.json`` and ``videos/*.mp4`` to
+``--out`` (default: ``<run dir>/eval-<checkpoint name>``) and prints the table.
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+from vla_gym.trainers.checkpoint import load_checkpoint, load_policy
+from vla_gym.trainers.config import ConfigError, config_from_dict
+from vla_gym.trainers.distributed import Distributed
+from vla_gym.trainers.envs import make_envs
+from vla_gym.trainers.evaluation import (
+    EpisodeRunner,
+    markdown_table,
+    suite_specs,
+    write_report,
+)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Evaluate a vla_gym trainer checkpoint (see docs/trainers.md)")
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--out", help="report directory (default: <run dir>/eval-<checkpoint name>)")
+    parser.add_argument("--num-envs", type=int, default=1, help="envs per process")
+    parser.add_argument("--episodes-per-task", type=int, default=None,
+                        help="init states (or seeds) per task; default: all init states, or 10 seeds")
+    parser.add_argument("--tasks", default=None, help="comma-separated task ids (default: all)")
+    parser.add_argument("--video-episodes", type=int, default=0, help="record videos of the first N episodes")
+    parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the mode")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="overrides of the checkpoint's config")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    dist = Distributed.from_env(args.device)
+    state = load_checkpoint(args.checkpoint, map_location=dist.device)
+    try:
+        cfg = config_from_dict(state["config"], args.overrides)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    kwargs = dict(cfg.eval.env_kwargs)
+    if args.video_episodes:  # e.g. cameras for a state-only env; the policy reads what it was trained on
+        kwargs.update(cfg.eval.video_env_kwargs)
+    envs = make_envs(cfg.env, args.num_envs, kwargs=kwargs)
+    try:
+        policy = load_policy(state, dist.device)
+        task_ids = [int(t) for t in args.tasks.split(",")] if args.tasks else None
+        specs = suite_specs(envs, args.episodes_per_task, task_ids, seed=args.seed)
+        mine = specs[dist.rank::dist.world_size]
+        out = pathlib.Path(args.out) if args.out else pathlib.Path(args.checkpoint).parent.parent / (
+            "eval-" + pathlib.Path(args.checkpoint).stem)
+        video_dir = out / "videos" if dist.is_main and args.video_episodes else None
+        results = EpisodeRunner(envs, policy).run(mine, deterministic=not args.stochastic, video_dir=video_dir,
+                                                  video_episodes=args.video_episodes)
+        gathered = [r for part in dist.gather_objects(results) for r in part]
+        if dist.is_main:
+            summary = write_report(gathered, out, header=f"# {cfg.env.id}: {args.checkpoint} "
+                                                          f"({len(gathered)} episodes)")
+            print(markdown_table(summary), end="")
+            print(f"report: {out / 'eval.md'}, {out / 'eval.json'}")
+            for result in results:
+                if result.video:
+                    print(f"video: {result.video}")
+    finally:
+        envs.close()
+        dist.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

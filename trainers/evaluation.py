@@ -1,0 +1,283 @@
+"""Run given episodes (seed / task / initial state) in however many envs there are.
+
+    specs = suite_specs(envs, episodes_per_task=5)                   # tasks x init states, or seeds
+    results = EpisodeRunner(envs, policy).run(specs, deterministic=True, video_dir="videos", video_episodes=2)
+    write_report(results, "eval/")                                    # eval.md + eval.json per-task table
+
+:class:`EpisodeRunner` hands the episodes out to the envs as they free up (one env evaluates a whole
+suite in a loop; N envs do it N at a time): a free env is reset with ``reset(seed=..., options={"task_id":
+..., "init_state_id": ...})`` through the vector env's ``reset_mask``. Episodes with the same options are
+reset in one call. GRPO uses the same runner with a ``recorder`` to keep each step's transitions.
+
+Videos are composed from ``obs["images"]`` (:func:`vla_gym.video.video_frame`: cameras + instruction and
+status overlay) or, for envs without cameras, from ``render()`` (make the env with ``render_mode="rgb_array"``).
+"""
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import pathlib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv
+from vla_gym.trainers.batch import to_torch
+from vla_gym.trainers.envs import autoreset_mode, env_attr
+from vla_gym.trainers.policies.base import Policy
+from vla_gym.trainers.rollout import _masked
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """How one episode starts: ``reset(seed=seed, options={task_id, init_state_id})`` (None: not passed)."""
+
+    seed: int | None = None
+    task_id: int | None = None
+    init_state_id: int | None = None
+
+    def options(self) -> dict[str, int]:
+        return {k: v for k, v in (("task_id", self.task_id), ("init_state_id", self.init_state_id)) if v is not None}
+
+
+@dataclass
+class EpisodeResult:
+    index: int
+    spec: EpisodeSpec
+    success: bool | None  # None: the env does not report info["success"]
+    episode_return: float
+    length: int
+    task_id: int | None = None
+    task_name: str = ""
+    video: str | None = None
+
+
+#: recorder(obs, actions, log_probs, jobs): one call per vector step before it is taken; ``jobs[i]`` is the
+#: index of the episode env i is running, -1 when it is idle (its transition is to be ignored)
+Recorder = Callable[[Any, torch.Tensor, torch.Tensor, np.ndarray], None]
+
+
+def suite_specs(
+    envs: VectorEnv, episodes_per_task: int | None = None, task_ids: Sequence[int] | None = None,
+    seed: int = 0, episodes: int | None = None,
+) -> list[EpisodeSpec]:
+    """Every (task, init state) of a vla_gym env, or ``episodes`` seeds for envs without a task list.
+
+    ``episodes_per_task`` caps the init states per task (tasks whose initial state comes from the seed get
+    that many seeds; default 10). ``episodes`` (envs without tasks) defaults to ``episodes_per_task`` or 10.
+    """
+    tasks = env_attr(envs, "tasks")
+    if not tasks:
+        return [EpisodeSpec(seed=seed + k) for k in range(episodes or episodes_per_task or 10)]
+    specs = []
+    for task in tasks:
+        if task_ids is not None and task.index not in task_ids:
+            continue
+        count = task.num_init_states or episodes_per_task or 10
+        count = min(count, episodes_per_task or count)
+        for k in range(count):
+            init = k if task.num_init_states else None
+            specs.append(EpisodeSpec(seed=seed + len(specs), task_id=task.index, init_state_id=init))
+    return specs
+
+
+class EpisodeRunner:
+    def __init__(self, envs: VectorEnv, policy: Policy):
+        self.envs, self.policy = envs, policy
+        self.mode = autoreset_mode(envs)
+        if self.mode == AutoresetMode.NEXT_STEP and isinstance(envs, AsyncVectorEnv):
+            # gymnasium 1.x async workers without shared memory keep a pending NEXT_STEP autoreset across
+            # reset(options={"reset_mask"}), which would overwrite the episode's chosen initial state
+            raise ValueError("EpisodeRunner needs SAME_STEP autoreset for async vector envs (vla_gym.make_vec's default)")
+        self.num_envs = envs.num_envs
+        self.device = policy.device
+        tasks = env_attr(envs, "tasks") or []
+        self.task_names = {task.index: task.name for task in tasks}
+
+    # ------------------------------------------------------------------------------------ resetting
+    def _reset(self, assignments: dict[int, EpisodeSpec], first: bool, obs_np: Any) -> tuple[Any, dict]:
+        """Reset env i with ``assignments[i]``; one call per distinct options. Returns (obs, infos by env)."""
+        groups: dict[tuple, list[int]] = collections.defaultdict(list)
+        for i, spec in assignments.items():
+            groups[tuple(sorted(spec.options().items()))].append(i)
+        infos_by_env: dict[int, dict] = {}
+        for options_key, rows in groups.items():
+            seeds = [assignments[i].seed if i in assignments else None for i in range(self.num_envs)]
+            options = dict(options_key)
+            if not first:
+                mask = np.zeros(self.num_envs, dtype=bool)
+                mask[rows] = True
+                options["reset_mask"] = mask
+            obs_np, infos = self.envs.reset(seed=seeds, options=options)
+            for i in (range(self.num_envs) if first else rows):
+                infos_by_env[i] = {k: _plain(_masked(infos, k, i)) for k in ("task_id", "task_name", "init_state_id")}
+            first = False
+        return obs_np, infos_by_env
+
+    # ---------------------------------------------------------------------------------------- running
+    @torch.no_grad()  # not inference_mode: in-process sims (ManiSkill) keep tensors made here
+    def run(
+        self, specs: Sequence[EpisodeSpec], deterministic: bool = True, recorder: Recorder | None = None,
+        video_dir: str | os.PathLike | None = None, video_episodes: int = 0, video_prefix: str = "episode",
+    ) -> list[EpisodeResult]:
+        """Play every spec once; results in spec order."""
+        n = self.num_envs
+        queue = collections.deque(range(len(specs)))
+        job = np.full(n, -1)
+        returns, lengths, success = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+        reports_success = False
+        meta: dict[int, dict] = {}
+        frames: dict[int, list[np.ndarray]] = {}
+        results: dict[int, EpisodeResult] = {}
+        record_video = video_dir is not None and video_episodes > 0
+
+        def assign(envs_free: Sequence[int], first: bool, obs_np: Any) -> Any:
+            chosen = {}
+            for i in envs_free:
+                if queue:
+                    job[i] = queue.popleft()
+                    chosen[i] = specs[job[i]]
+            if first:  # every env needs a first reset, idle ones included
+                chosen = {i: chosen.get(i, EpisodeSpec()) for i in range(n)}
+            if not chosen:
+                return obs_np
+            obs_np, infos = self._reset(chosen, first, obs_np)
+            for i in chosen:
+                if job[i] >= 0:
+                    returns[i], lengths[i], success[i] = 0.0, 0, False
+                    meta[job[i]] = infos[i]
+                    if record_video and job[i] < video_episodes:
+                        frames[job[i]] = [self._frame(_row(obs_np, i), i, 0, 0.0, 0.0, False)]
+            return obs_np
+
+        obs_np = assign(range(n), True, None)
+        while (job >= 0).any():
+            obs = to_torch(obs_np, self.device)
+            actions, log_probs, _ = self.policy.act(obs, deterministic=deterministic)
+            if recorder is not None:
+                recorder(obs, actions, log_probs, job.copy())
+            obs_np, rewards, terminated, truncated, infos = self.envs.step(self.policy.env_actions(actions))
+            dones = terminated | truncated
+            final = infos.get("final_info") or {}
+            freed = []
+            for i in np.flatnonzero(job >= 0):
+                ended = bool(dones[i])
+                source = final if ended and self.mode == AutoresetMode.SAME_STEP else infos
+                returns[i] += float(rewards[i])
+                lengths[i] += int(_masked(source, "chunk_steps", i) or 1)
+                reported = _masked(source, "success", i)
+                reports_success |= reported is not None
+                success[i] |= bool(reported)
+                if job[i] in frames:
+                    last = infos["final_obs"][i] if ended and self.mode == AutoresetMode.SAME_STEP else _row(obs_np, i)
+                    frames[job[i]].append(self._frame(last, i, int(lengths[i]), float(rewards[i]),
+                                                      float(returns[i]), bool(success[i])))
+                if ended:
+                    info = meta.pop(job[i], {})
+                    result = EpisodeResult(
+                        index=int(job[i]), spec=specs[job[i]], success=bool(success[i]) if reports_success else None,
+                        episode_return=float(returns[i]), length=int(lengths[i]),
+                        task_id=info.get("task_id"), task_name=str(info.get("task_name") or
+                                                                    self.task_names.get(info.get("task_id"), "")),
+                    )
+                    if job[i] in frames:
+                        result.video = _write_video(frames.pop(job[i]), video_dir, f"{video_prefix}-{job[i]:04d}",
+                                                    self._fps())
+                    results[result.index] = result
+                    job[i] = -1
+                    freed.append(i)
+            if freed and queue:
+                obs_np = assign(freed, False, obs_np)
+        return [results[k] for k in sorted(results)]
+
+    # ----------------------------------------------------------------------------------------- video
+    def _frame(self, one: Any, i: int, step: int, reward: float, episode_return: float, success: bool):
+        """A video frame from env ``i``'s (unbatched) observation ``one``, or from its ``render()``."""
+        if isinstance(one, dict) and one.get("images"):
+            from vla_gym.video import video_frame
+
+            return video_frame(one["images"], instruction=str(one.get("instruction", "")), step=step, reward=reward,
+                               episode_return=episode_return, success=success)
+        frame = self.envs.call("render")[i]
+        if frame is None:
+            raise ValueError("videos need camera images in the observation or an env made with render_mode='rgb_array'")
+        return np.asarray(frame)
+
+    def _fps(self) -> float:
+        return float(self.envs.metadata.get("render_fps") or env_attr(self.envs, "metadata", {}).get("render_fps") or 20)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars from batched infos -> Python (JSON-serialisable) values."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _row(obs: Any, i: int) -> Any:
+    if isinstance(obs, dict):
+        return {key: _row(value, i) for key, value in obs.items()}
+    return obs[i]
+
+
+def _write_video(frames: list[np.ndarray], directory: str | os.PathLike, name: str, fps: float) -> str:
+    """Write an MP4 atomically (temporary file + rename); returns its path."""
+    import imageio.v2 as imageio
+
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.mp4"
+    tmp = directory / f".{name}.{os.getpid()}.partial.mp4"
+    with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=16,
+                            ffmpeg_log_level="error") as writer:
+        for frame in frames:
+            writer.append_data(frame)
+    os.replace(tmp, path)
+    return str(path)
+
+
+# ------------------------------------------------------------------------------------------- reports
+def summarize(results: Sequence[EpisodeResult]) -> dict[str, Any]:
+    """Overall and per-task success rate, mean return and mean length."""
+    def stats(rows: Sequence[EpisodeResult]) -> dict[str, float]:
+        reported = [r.success for r in rows if r.success is not None]
+        return {
+            "episodes": len(rows),
+            "success_rate": float(np.mean(reported)) if reported else float("nan"),
+            "mean_return": float(np.mean([r.episode_return for r in rows])) if rows else float("nan"),
+            "mean_length": float(np.mean([r.length for r in rows])) if rows else float("nan"),
+        }
+
+    by_task: dict[str, list[EpisodeResult]] = collections.defaultdict(list)
+    for result in results:
+        if result.task_name:
+            by_task[result.task_name].append(result)
+    return {"overall": stats(results), "tasks": {name: stats(rows) for name, rows in sorted(by_task.items())}}
+
+
+def markdown_table(summary: dict[str, Any]) -> str:
+    lines = ["| task | episodes | success rate | mean return | mean length |", "|---|---:|---:|---:|---:|"]
+    rows = list(summary["tasks"].items()) + [("**all**", summary["overall"])]
+    for name, s in rows:
+        rate = "n/a" if math.isnan(s["success_rate"]) else f"{s['success_rate']:.3f}"
+        lines.append(f"| {name} | {s['episodes']} | {rate} | {s['mean_return']:.3f} | {s['mean_length']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(results: Sequence[EpisodeResult], directory: str | os.PathLike, header: str = "") -> dict[str, Any]:
+    """Write ``eval.md`` (per-task table) and ``eval.json`` (summary + every episode); returns the summary."""
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    summary = summarize(results)
+    episodes = [dict(asdict(r), spec=asdict(r.spec)) for r in results]
+    _atomic_write(directory / "eval.json", json.dumps({"summary": summary, "episodes": episodes}, indent=2))
+    _atomic_write(directory / "eval.md", (f"{header}\n\n" if header else "") + markdown_table(summary))
+    return summary
+
+
+def _atomic_write(path: pathlib.Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -1,0 +1,67 @@
+"""The command line shared by ``trainers/ppo.py`` and ``trainers/grpo.py``.
+
+    python trainers/ppo.py --config examples/configs/cartpole_ppo.yaml [key.sub=value ...] [--print-config]
+    torchrun --nproc_per_node=2 trainers/ppo.py --config ...          # one process per rank
+    torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=HOST:29500 trainers/grpo.py --config ...
+
+Rank 0 prints where the run went: ``{run_dir}/{name}/`` holds ``config.yaml`` (resolved), ``tensorboard/``,
+``checkpoints/ckpt_<update>.pt`` and, when ``eval.episodes > 0``, ``eval/eval.md``, ``eval/eval.json`` and
+``eval/videos/*.mp4``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+import yaml
+from vla_gym.trainers.config import ConfigError, load_config
+
+
+def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--config", help="YAML config (default: built-in defaults)")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides")
+    return parser.parse_args(argv)
+
+
+def train_main(algo_cls, argv: list[str] | None = None) -> int:
+    args = parse_args(argv, f"Train with {algo_cls.__name__} (see docs/trainers.md)")
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+        return 0
+    from vla_gym.trainers.distributed import Distributed
+
+    dist = Distributed.from_env(cfg.device)
+    algo = algo_cls.from_config(cfg, dist=dist, write_run=True)
+    try:
+        algo.learn()
+        if dist.is_main:
+            _print_summary(algo)
+    finally:
+        algo.close()
+        dist.close()
+    return 0
+
+
+def _print_summary(algo) -> None:
+    run = algo.run_path
+    lines = [f"run directory: {run}", f"  config:      {run / 'config.yaml'}"]
+    if algo.cfg.logging.tensorboard:
+        lines.append(f"  tensorboard: tensorboard --logdir {run / 'tensorboard'}")
+    latest = algo.checkpointer.latest() if algo.checkpointer else None
+    if latest:
+        lines.append(f"  checkpoint:  {latest}")
+    if algo.last_eval:
+        overall = algo.last_eval["overall"]
+        lines.append(f"  evaluation:  success {overall['success_rate']:.3f}, return {overall['mean_return']:.2f} "
+                     f"over {overall['episodes']} episodes -> {run / 'eval' / 'eval.md'}".replace("success nan, ", ""))
+        for video in algo.last_eval.get("videos", []):
+            lines.append(f"  video:       {video}")
+    print("\n".join(lines), flush=True)

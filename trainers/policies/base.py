@@ -1,0 +1,79 @@
+"""The one interface PPO and GRPO talk to, whatever the network behind it.
+
+A policy is an ``nn.Module`` with three calls::
+
+    actions, log_probs, values = policy.act(obs, deterministic=False)   # rollout, no grad
+    log_probs, entropy, values = policy.evaluate(obs, actions)          # training, with grad
+    values = policy.value(obs)                                           # bootstrap on truncation
+
+``log_probs``, ``entropy`` and ``values`` are float tensors of shape ``[B]``; ``values`` is ``None``
+for critic-free policies (``has_critic = False``, GRPO). ``actions`` has shape ``[B, *action_shape]``
+(``[B]`` for Discrete, ``[B, K, A]`` for action chunks) and is what the rollout buffer stores and hands
+back to :meth:`evaluate`; :meth:`env_actions` turns it into what ``env.step`` receives (by default:
+a numpy array clipped to the Box bounds). A policy that samples tokens can store token ids as
+``actions`` and decode them in :meth:`env_actions`: the algorithms never look inside.
+
+Observation batches mirror the env's observation, batched and as torch tensors on the policy's device:
+a tensor ``[B, D]`` for Box envs (CartPole), or for vla_gym envs a dict
+``{"images": {role: uint8 [B, H, W, 3]}, "state": float32 [B, D], "instruction": list of B str}``.
+Everything model specific (normalisation, tokenisation, resizing) happens inside the policy.
+
+``forward(obs, actions)`` is :meth:`evaluate`, so a ``DistributedDataParallel`` wrapper synchronises
+gradients of exactly the pass the losses use.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+Obs = Any  # torch.Tensor | dict[str, torch.Tensor | dict[str, torch.Tensor] | list[str]]
+
+
+class Policy(nn.Module):
+    """Base class of every policy (see the module docstring for the contract)."""
+
+    #: False for critic-free policies: ``act``/``evaluate``/``value`` then return ``None`` as values
+    has_critic: bool = True
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space):
+        super().__init__()
+        self.observation_space = observation_space
+        self.action_space = action_space
+
+    def act(self, obs: Obs, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Sample (or, deterministic, take the mode of) actions: (actions, log_probs [B], values [B] | None)."""
+        raise NotImplementedError
+
+    def evaluate(self, obs: Obs, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Score stored actions under the current parameters: (log_probs [B], entropy [B], values [B] | None)."""
+        raise NotImplementedError
+
+    def value(self, obs: Obs) -> torch.Tensor | None:
+        """State values ``[B]`` (``None`` without a critic)."""
+        if not self.has_critic:
+            return None
+        raise NotImplementedError(f"{type(self).__name__} has a critic but does not implement value()")
+
+    def forward(self, obs: Obs, actions: torch.Tensor):
+        return self.evaluate(obs, actions)
+
+    def update_statistics(self, obs: Obs, reduce=None) -> None:
+        """Called by the trainer after each update with that rollout's observations (e.g. to update running
+        observation normalisation); ``reduce`` sums a tensor over ranks. Default: nothing."""
+
+    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+        """What ``env.step`` receives for a batch of ``actions`` (numpy, clipped to Box bounds)."""
+        array = actions.detach().cpu().numpy()
+        if isinstance(self.action_space, spaces.Box):
+            array = np.clip(array, self.action_space.low, self.action_space.high)
+        return array
+
+    @property
+    def device(self) -> torch.device:
+        for tensor in self.parameters():
+            return tensor.device
+        return torch.device("cpu")

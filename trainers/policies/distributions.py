@@ -1,0 +1,93 @@
+"""Action heads: features ``[B, F]`` -> an action distribution over the env's action space.
+
+    >>> head = make_action_head(spaces.Box(-1, 1, (4, 7)), in_dim=64)   # an action chunk K=4 x 7
+    >>> dist = head(torch.zeros(2, 64))
+    >>> dist.sample().shape, dist.log_prob(dist.mode()).shape
+    (torch.Size([2, 4, 7]), torch.Size([2]))
+
+Box spaces of any shape (action chunks included) get a diagonal Gaussian with a state-independent
+log standard deviation; ``log_prob`` and ``entropy`` sum over every action dimension. Discrete
+spaces get a Categorical. Both ignore Box bounds: the policy clips before the env (as SB3 does).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from gymnasium import spaces
+from torch import nn
+
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+class DiagGaussian:
+    """Diagonal Gaussian over ``[B, *shape]`` with per-sample log_prob/entropy ``[B]``."""
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
+        self.mean, self.log_std = mean, log_std.expand_as(mean)
+
+    def sample(self) -> torch.Tensor:
+        return self.mean + torch.randn_like(self.mean) * self.log_std.exp()
+
+    def mode(self) -> torch.Tensor:
+        return self.mean
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        z = (actions - self.mean) * torch.exp(-self.log_std)
+        return (-0.5 * z.square() - self.log_std - _LOG_SQRT_2PI).flatten(1).sum(1)
+
+    def entropy(self) -> torch.Tensor:
+        return (self.log_std + 0.5 + _LOG_SQRT_2PI).flatten(1).sum(1)
+
+
+class Categorical:
+    """Categorical over ``n`` actions from logits ``[B, n]``; actions are int64 ``[B]``."""
+
+    def __init__(self, logits: torch.Tensor):
+        self.logits = logits.log_softmax(-1)
+
+    def sample(self) -> torch.Tensor:
+        # Gumbel-max (-log of an Exp(1) draw is Gumbel): a few times faster than torch.multinomial on CPU
+        return (self.logits - torch.empty_like(self.logits).exponential_().log()).argmax(-1)
+
+    def mode(self) -> torch.Tensor:
+        return self.logits.argmax(-1)
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        return self.logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return -(self.logits.exp() * self.logits).sum(-1)
+
+
+class GaussianHead(nn.Module):
+    def __init__(self, in_dim: int, shape: tuple[int, ...], log_std_init: float = 0.0):
+        super().__init__()
+        self.shape = tuple(shape)
+        self.mean = nn.Linear(in_dim, math.prod(self.shape))
+        self.log_std = nn.Parameter(torch.full(self.shape, float(log_std_init)))
+
+    def forward(self, features: torch.Tensor) -> DiagGaussian:
+        mean = self.mean(features).view(-1, *self.shape)
+        return DiagGaussian(mean, self.log_std)
+
+
+class CategoricalHead(nn.Module):
+    def __init__(self, in_dim: int, n: int):
+        super().__init__()
+        self.mean = nn.Linear(in_dim, n)  # named like GaussianHead's output layer for shared init
+
+    def forward(self, features: torch.Tensor) -> Categorical:
+        return Categorical(self.mean(features))
+
+
+def make_action_head(action_space: spaces.Space, in_dim: int, log_std_init: float = 0.0) -> nn.Module:
+    """Gaussian head for Box spaces (any shape), Categorical for Discrete."""
+    if isinstance(action_space, spaces.Box):
+        return GaussianHead(in_dim, action_space.shape, log_std_init)
+    if isinstance(action_space, spaces.Discrete):
+        return CategoricalHead(in_dim, int(action_space.n))
+    raise TypeError(
+        f"no action head for {action_space}: built-in policies support Box (Gaussian, action chunks "
+        "included) and Discrete (Categorical); register a custom policy for other spaces"
+    )

@@ -1,0 +1,104 @@
+"""``ContinuousVLAPolicy``: the OpenVLA-OFT recipe: one forward pass, a K-step chunk from a small head.
+
+    >>> policy = make_policy("vla_gym.trainers.policies.vla_continuous:ContinuousVLAPolicy",
+    ...                      env.observation_space, env.action_space,          # (K, A) with ActionChunk
+    ...                      model="HuggingFaceTB/SmolVLM-Instruct", lora={"rank": 32})   # doctest: +SKIP
+    >>> chunks, log_probs, values = policy.act(obs)                               # chunks: [B, K, A]
+
+The VLM reads the images and OpenVLA's prompt once; the last layer's hidden state at the last prompt
+token feeds an MLP action head that predicts the whole chunk in parallel (no autoregressive decoding:
+``K * A`` numbers from one pass, as OFT's parallel decoding does). For RL the head is a diagonal Gaussian
+around that prediction with a learned, state-independent log standard deviation; ``deterministic=True``
+returns the mean. A separate MLP on the same feature is the value head. ``imitation_loss`` is OFT's L1
+regression of the mean onto expert chunks.
+
+Options are those of :class:`~vla_gym.trainers.policies.vla_tokens.ActionTokenVLAPolicy` (``model``,
+``cameras``, ``lora``, ``freeze_vision``, ``dtype``, ``critic``, ``action_stats``, ``value_hidden``,
+``gradient_checkpointing``) plus ``head_hidden`` and ``log_std_init``.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+from vla_gym.trainers.policies.base import Obs, Policy
+from vla_gym.trainers.policies.distributions import GaussianHead
+from vla_gym.trainers.policies.vla_common import (
+    TrainableStateMixin,
+    ValueHead,
+    VLMBackbone,
+    chunk_shape,
+)
+from vla_gym.wrappers.openvla import unnormalize_actions
+
+
+class ContinuousVLAPolicy(TrainableStateMixin, Policy):
+    """VLM features -> Gaussian action chunk + value (module docstring)."""
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        model: str,
+        cameras: Sequence[str] = ("main",),
+        lora: Any = None,
+        freeze_vision: bool = True,
+        dtype: str = "auto",
+        critic: bool = True,
+        action_stats: dict | None = None,
+        head_hidden: int = 512,
+        log_std_init: float = -1.0,
+        value_hidden: int = 256,
+        gradient_checkpointing: bool = False,
+    ):
+        super().__init__(observation_space, action_space)
+        self.chunk = chunk_shape(action_space)
+        self.has_critic = bool(critic)
+        self.action_stats = action_stats
+        self.vlm = VLMBackbone(model, cameras, dtype, lora, freeze_vision, gradient_checkpointing)
+        width = self.vlm.hidden_size
+        self.trunk = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, head_hidden), nn.GELU())
+        self.action_head = GaussianHead(head_hidden, action_space.shape, log_std_init)
+        if self.has_critic:
+            self.value_head = ValueHead(width, value_hidden)
+
+    def features(self, obs: Obs) -> torch.Tensor:
+        """Last-layer hidden state at the last prompt token, float32 ``[B, hidden]``."""
+        inputs = self.vlm.inputs(obs)
+        out = self.vlm.model(**inputs, output_hidden_states=True, use_cache=False, logits_to_keep=1)
+        return out.hidden_states[-1][:, -1].float()
+
+    def _heads(self, obs: Obs):
+        features = self.features(obs)
+        dist = self.action_head(self.trunk(features))
+        return dist, self.value_head(features) if self.has_critic else None
+
+    def act(self, obs: Obs, deterministic: bool = False):
+        with torch.no_grad():
+            dist, values = self._heads(obs)
+            actions = dist.mode() if deterministic else dist.sample()
+            return actions, dist.log_prob(actions), values
+
+    def evaluate(self, obs: Obs, actions: torch.Tensor):
+        dist, values = self._heads(obs)
+        return dist.log_prob(actions), dist.entropy(), values
+
+    def value(self, obs: Obs) -> torch.Tensor | None:
+        if not self.has_critic:
+            return None
+        return self.value_head(self.features(obs))
+
+    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+        array = actions.detach().float().cpu().numpy()
+        if self.action_stats is not None:
+            array = unnormalize_actions(array, self.action_stats).astype(np.float32)
+        return np.clip(array, self.action_space.low, self.action_space.high)
+
+    def imitation_loss(self, obs: Obs, expert_actions: torch.Tensor) -> torch.Tensor:
+        """L1 between the predicted chunk (the Gaussian's mean) and the expert's."""
+        dist = self.action_head(self.trunk(self.features(obs)))
+        return (dist.mode() - expert_actions.to(dist.mode().device).reshape(dist.mode().shape)).abs().mean()
