@@ -143,8 +143,6 @@ def check_options(cameras: Sequence[str] | None, obs_mode: str, reward_mode: str
     unknown = [role for role in cameras if role not in CAMERAS]
     if unknown:
         raise ValueError(f"unknown ManiSkill camera roles {unknown}; choose from {list(CAMERAS)}")
-    if obs_mode == "state" and cameras:
-        raise ValueError("obs_mode='state' renders no cameras: drop cameras= or use obs_mode='images'")
     if obs_mode == "images" and not cameras:
         raise ValueError(f"obs_mode='images' needs at least one camera role from {list(CAMERAS)}")
     return cameras
@@ -290,7 +288,9 @@ class ManiSkillEnv(VLAEnv):
         obs_mode: ``"images"`` (cameras + 8-D proprioception: tcp position, tcp axis-angle, finger
             positions) or ``"state"`` (no cameras; ``state`` is ManiSkill's flattened privileged state,
             whose size depends on the task, so it needs a single task).
-        cameras: roles from ``main`` (base camera) and ``wrist`` (hand camera); images mode only.
+        cameras: roles from ``main`` (base camera) and ``wrist`` (hand camera). With ``obs_mode="state"``
+            none by default; naming some renders them beside the privileged state (e.g. evaluation
+            videos of a state policy).
         image_size: int or (height, width), default 224.
         control_mode: ManiSkill controller, default ``pd_ee_delta_pose`` (7-D: delta position, delta
             axis-angle, gripper -1 open / +1 close). Other normalized modes (e.g. ``pd_joint_delta_pos``,
