@@ -21,12 +21,7 @@ PI0 = "vla_gym.trainers.policies.vla_pi0:PI0Policy"
 SMALL = "vla_gym.trainers.policies.vla_small:SmallVLAPolicy"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture

@@ -15,12 +15,12 @@ from collections.abc import Sequence
 import torch
 from gymnasium import spaces
 from torch import nn
-from vla_gym.trainers.policies.base import Obs, Policy
+from vla_gym.trainers.policies.base import DistributionPolicy, Obs
 from vla_gym.trainers.policies.distributions import make_action_head
 from vla_gym.trainers.policies.encoders import mlp
 
 
-class ActorCriticPolicy(Policy):
+class ActorCriticPolicy(DistributionPolicy):
     def __init__(
         self,
         observation_space: spaces.Space,
@@ -61,15 +61,6 @@ class ActorCriticPolicy(Policy):
         if self.has_critic and with_value:
             values = self.value_head(self.vf_net(features)).squeeze(-1)
         return dist, values
-
-    def act(self, obs: Obs, deterministic: bool = False):
-        dist, values = self._heads(obs)
-        actions = dist.mode() if deterministic else dist.sample()
-        return actions, dist.log_prob(actions), values
-
-    def evaluate(self, obs: Obs, actions: torch.Tensor):
-        dist, values = self._heads(obs)
-        return dist.log_prob(actions), dist.entropy(), values
 
     def update_statistics(self, obs: Obs, reduce=None) -> None:
         if hasattr(self.encoder, "update_statistics"):

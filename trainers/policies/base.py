@@ -77,3 +77,23 @@ class Policy(nn.Module):
         for tensor in self.parameters():
             return tensor.device
         return torch.device("cpu")
+
+
+class DistributionPolicy(Policy):
+    """A policy whose ``_heads(obs) -> (distribution, values | None)`` gives everything PPO/GRPO need.
+
+    Subclasses implement ``_heads`` (and ``value``); sampling and scoring are the same for all of them.
+    """
+
+    def _heads(self, obs: Obs):
+        raise NotImplementedError
+
+    def act(self, obs: Obs, deterministic: bool = False):
+        with torch.no_grad():
+            dist, values = self._heads(obs)
+            actions = dist.mode() if deterministic else dist.sample()
+            return actions, dist.log_prob(actions), values
+
+    def evaluate(self, obs: Obs, actions: torch.Tensor):
+        dist, values = self._heads(obs)
+        return dist.log_prob(actions), dist.entropy(), values

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
-from vla_gym.trainers.policies.base import Obs, Policy
+from vla_gym.trainers.policies.base import DistributionPolicy, Obs
 from vla_gym.trainers.policies.distributions import GaussianHead
 from vla_gym.trainers.policies.vla_common import (
     TrainableStateMixin,
@@ -36,7 +36,7 @@ from vla_gym.trainers.policies.vla_common import (
 from vla_gym.wrappers.openvla import unnormalize_actions
 
 
-class ContinuousVLAPolicy(TrainableStateMixin, Policy):
+class ContinuousVLAPolicy(TrainableStateMixin, DistributionPolicy):
     """VLM features -> Gaussian action chunk + value (module docstring)."""
 
     def __init__(
@@ -76,16 +76,6 @@ class ContinuousVLAPolicy(TrainableStateMixin, Policy):
         features = self.features(obs)
         dist = self.action_head(self.trunk(features))
         return dist, self.value_head(features) if self.has_critic else None
-
-    def act(self, obs: Obs, deterministic: bool = False):
-        with torch.no_grad():
-            dist, values = self._heads(obs)
-            actions = dist.mode() if deterministic else dist.sample()
-            return actions, dist.log_prob(actions), values
-
-    def evaluate(self, obs: Obs, actions: torch.Tensor):
-        dist, values = self._heads(obs)
-        return dist.log_prob(actions), dist.entropy(), values
 
     def value(self, obs: Obs) -> torch.Tensor | None:
         if not self.has_critic:

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
-from vla_gym.trainers.policies.base import Obs, Policy
+from vla_gym.trainers.policies.base import DistributionPolicy, Obs
 from vla_gym.trainers.policies.distributions import GaussianHead
 from vla_gym.trainers.policies.encoders import mlp
 from vla_gym.trainers.policies.vla_common import TrainableStateMixin, chunk_shape
@@ -207,7 +207,7 @@ class FeatureCache:
         return out
 
 
-class SmallVLAPolicy(TrainableStateMixin, Policy):
+class SmallVLAPolicy(TrainableStateMixin, DistributionPolicy):
     """EfficientNet-Lite0 + MiniLM + MLP heads (module docstring)."""
 
     def __init__(
@@ -286,16 +286,6 @@ class SmallVLAPolicy(TrainableStateMixin, Policy):
         dist = self.action_head(self.pi_net(features))
         values = self.value_head(self.vf_net(features)).squeeze(-1) if self.has_critic and with_value else None
         return dist, values
-
-    def act(self, obs: Obs, deterministic: bool = False):
-        with torch.no_grad():
-            dist, values = self._heads(obs)
-            actions = dist.mode() if deterministic else dist.sample()
-            return actions, dist.log_prob(actions), values
-
-    def evaluate(self, obs: Obs, actions: torch.Tensor):
-        dist, values = self._heads(obs)
-        return dist.log_prob(actions), dist.entropy(), values
 
     def value(self, obs: Obs) -> torch.Tensor | None:
         if not self.has_critic:
