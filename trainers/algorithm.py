@@ -167,6 +167,7 @@ class OnPolicyAlgorithm:
         self.last_metrics: dict[str, float] = {}
         self.last_eval: dict[str, Any] | None = None
         self._eval_envs: VectorEnv | None = None
+        self._last_eval_results: tuple[tuple, list] | None = None
         self._run_started = False
 
     def _policy_kwargs(self) -> dict[str, Any]:
@@ -434,13 +435,25 @@ class OnPolicyAlgorithm:
 
     def evaluate(self, episodes: int, report_dir: pathlib.Path | None = None,
                  deterministic: bool | None = None) -> dict[str, Any]:
-        """Collective: ``episodes`` episodes split over the ranks; logs ``eval/*`` and returns the summary."""
+        """Collective: ``episodes`` episodes split over the ranks; logs ``eval/*`` and returns the summary.
+
+        The same policy at the same update is not played twice: a final evaluation right after a periodic one
+        reuses its episodes (and only writes the report).
+        """
+        key = (self.num_updates, episodes, deterministic)
+        if self._last_eval_results is not None and self._last_eval_results[0] == key:
+            gathered = self._last_eval_results[1]
+            if self.dist.is_main and report_dir is not None:
+                write_report(gathered, report_dir, header=f"# {self.cfg.name}: {self.cfg.env.id} at "
+                                                          f"{self.num_timesteps} env steps")
+            return self.last_eval
         if self._eval_envs is None:
             self._eval_envs = make_envs(self.cfg.env, self.cfg.eval.num_envs, kwargs=self.cfg.eval.env_kwargs)
         mine = self._eval_specs(episodes)[self.dist.rank::self.dist.world_size]
         deterministic = self.cfg.eval.deterministic if deterministic is None else deterministic
         results = EpisodeRunner(self._eval_envs, self.policy).run(mine, deterministic=deterministic)
         gathered = [r for rank_results in self.dist.gather_objects(results) for r in rank_results]
+        self._last_eval_results = (key, gathered)
         summary = summarize(gathered)
         if self.dist.is_main:
             overall = summary["overall"]
