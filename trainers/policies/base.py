@@ -65,9 +65,22 @@ class Policy(nn.Module):
         """Called by the trainer after each update with that rollout's observations (e.g. to update running
         observation normalisation); ``reduce`` sums a tensor over ranks. Default: nothing."""
 
+    #: dataset statistics (``q01``/``q99``/``mask``) that un-normalise actions for the env, or None
+    action_stats: dict | None = None
+
     def env_actions(self, actions: torch.Tensor) -> np.ndarray:
-        """What ``env.step`` receives for a batch of ``actions`` (numpy, clipped to Box bounds)."""
-        array = actions.detach().cpu().numpy()
+        """What ``env.step`` receives for a batch of ``actions`` (see :meth:`to_env_actions`)."""
+        actions = actions.detach()
+        if actions.is_floating_point():
+            actions = actions.float()  # numpy has no bfloat16
+        return self.to_env_actions(actions.cpu().numpy())
+
+    def to_env_actions(self, array: np.ndarray) -> np.ndarray:
+        """Un-normalise a numpy batch with ``action_stats`` (if set) and clip it to the Box bounds."""
+        if self.action_stats is not None:
+            from vla_gym.wrappers.openvla import unnormalize_actions
+
+            array = unnormalize_actions(array, self.action_stats).astype(np.float32)
         if isinstance(self.action_space, spaces.Box):
             array = np.clip(array, self.action_space.low, self.action_space.high)
         return array

@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
@@ -33,7 +32,6 @@ from vla_gym.trainers.policies.vla_common import (
     VLMBackbone,
     chunk_shape,
 )
-from vla_gym.wrappers.openvla import unnormalize_actions
 
 
 class ContinuousVLAPolicy(TrainableStateMixin, DistributionPolicy):
@@ -81,12 +79,6 @@ class ContinuousVLAPolicy(TrainableStateMixin, DistributionPolicy):
         if not self.has_critic:
             return None
         return self.value_head(self.features(obs))
-
-    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
-        array = actions.detach().float().cpu().numpy()
-        if self.action_stats is not None:
-            array = unnormalize_actions(array, self.action_stats).astype(np.float32)
-        return np.clip(array, self.action_space.low, self.action_space.high)
 
     def imitation_loss(self, obs: Obs, expert_actions: torch.Tensor) -> torch.Tensor:
         """L1 between the predicted chunk (the Gaussian's mean) and the expert's."""

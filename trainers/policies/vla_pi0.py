@@ -44,7 +44,6 @@ from vla_gym.trainers.policies.vla_common import (
     chunk_shape,
     resolve_dtype,
 )
-from vla_gym.wrappers.openvla import unnormalize_actions
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -243,9 +242,7 @@ class PI0Policy(TrainableStateMixin, Policy):
     def env_actions(self, actions: torch.Tensor) -> np.ndarray:
         k, a = self.chunk
         array = actions[:, -1, :k, :a].detach().float().cpu().numpy().reshape(actions.shape[0], *self.action_space.shape)
-        if self.action_stats is not None:
-            array = unnormalize_actions(array, self.action_stats).astype(np.float32)
-        return np.clip(array, self.action_space.low, self.action_space.high)
+        return self.to_env_actions(array)
 
     def imitation_loss(self, obs: Obs, expert_actions: torch.Tensor) -> torch.Tensor:
         """PI0's own flow-matching loss on expert chunks (zero-padded to chunk_size x max_action_dim)."""

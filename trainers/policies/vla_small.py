@@ -28,7 +28,6 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
@@ -37,7 +36,6 @@ from vla_gym.trainers.policies.base import DistributionPolicy, Obs
 from vla_gym.trainers.policies.distributions import GaussianHead
 from vla_gym.trainers.policies.encoders import mlp
 from vla_gym.trainers.policies.vla_common import TrainableStateMixin, chunk_shape
-from vla_gym.wrappers.openvla import unnormalize_actions
 
 #: EfficientNet-B0 stages, as Lite0 keeps them: (repeats, kernel, stride, expand ratio, in, out)
 LITE0_STAGES = ((1, 3, 1, 1, 32, 16), (2, 3, 2, 6, 16, 24), (2, 5, 2, 6, 24, 40), (3, 3, 2, 6, 40, 80),
@@ -291,12 +289,6 @@ class SmallVLAPolicy(TrainableStateMixin, DistributionPolicy):
         if not self.has_critic:
             return None
         return self.value_head(self.vf_net(self.features(obs))).squeeze(-1)
-
-    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
-        array = actions.detach().float().cpu().numpy()
-        if self.action_stats is not None:
-            array = unnormalize_actions(array, self.action_stats).astype(np.float32)
-        return np.clip(array, self.action_space.low, self.action_space.high)
 
     def imitation_loss(self, obs: Obs, expert_actions: torch.Tensor) -> torch.Tensor:
         """MSE between the Gaussian's mean and the expert's actions (behaviour cloning)."""

@@ -40,7 +40,7 @@ from vla_gym.trainers.policies.vla_common import (
     VLMBackbone,
     chunk_shape,
 )
-from vla_gym.wrappers.openvla import ActionTokenizer, unnormalize_actions
+from vla_gym.wrappers.openvla import ActionTokenizer
 
 
 class ActionTokenSampler:
@@ -101,16 +101,10 @@ class ActionTokenVLAPolicy(TrainableStateMixin, Policy):
             self.value_head = ValueHead(self.vlm.hidden_size, value_hidden)
 
     # ------------------------------------------------------------------------------- decoding
-    def _tokens_to_actions(self, tokens: np.ndarray) -> np.ndarray:
-        actions = self.tokenizer.decode(tokens).reshape(tokens.shape[0], *self.action_space.shape)
-        if self.action_stats is not None:
-            actions = unnormalize_actions(actions, self.action_stats).astype(np.float32)
-        return actions
-
     def env_actions(self, actions: torch.Tensor) -> np.ndarray:
-        """Token ids ``[B, K*A]`` -> env actions ``[B, *action_space.shape]`` (clipped to the Box)."""
-        decoded = self._tokens_to_actions(actions.detach().cpu().numpy())
-        return np.clip(decoded, self.action_space.low, self.action_space.high)
+        """Token ids ``[B, K*A]`` -> env actions ``[B, *action_space.shape]`` (un-normalised, clipped)."""
+        tokens = actions.detach().cpu().numpy()
+        return self.to_env_actions(self.tokenizer.decode(tokens).reshape(tokens.shape[0], *self.action_space.shape))
 
     def encode_actions(self, actions) -> torch.Tensor:
         """Env actions ``[B, *action_space.shape]`` in [-1, 1] -> token ids ``[B, K*A]`` (for imitation)."""
