@@ -32,5 +32,6 @@ if ! "$python" -c "import torch" 2>/dev/null; then
   "$python" -m pip install "torch==${TORCH_VERSION:-2.13.0}"
 fi
 "$python" -m pip install -e ".[${extras}]"
+if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi  # new console scripts (torchrun, vla-gym) on PATH
 echo "$want" > "$stamp"
 echo "setup.sh: done ($extras)"
