@@ -60,3 +60,22 @@ def test_small_policy_caches_frozen_features_and_imitates():
         losses.append(loss.item())
     assert losses[-1] < 0.2 * losses[0]
     assert len(policy.feature_cache.store) == 4  # the same images: no new encoder passes
+
+
+def test_fresh_policy_features_do_not_depend_on_the_batch(tmp_path):
+    """A policy that was never put in train()/eval() (e.g. built and loaded for evaluation) must use the encoder's
+    ImageNet BatchNorm statistics: an image's action is the same alone and in a batch, before and after a reload."""
+    torch.manual_seed(0)
+    policy = SmallVLAPolicy(*spaces_(), image_size=None, feature_cache=0)
+    obs = {"images": {"main": torch.randint(0, 256, (3, 64, 64, 3), dtype=torch.uint8)}, "state": torch.randn(3, 8),
+           "instruction": ["push the cube"] * 3}
+    with torch.no_grad():
+        batched = policy.act(obs, deterministic=True)[0]
+        alone = policy.act({"images": {"main": obs["images"]["main"][:1]}, "state": obs["state"][:1],
+                            "instruction": obs["instruction"][:1]}, deterministic=True)[0]
+    torch.testing.assert_close(alone[0], batched[0])
+    policy.save_trained(tmp_path)
+    reloaded = SmallVLAPolicy(*spaces_(), image_size=None, feature_cache=0)
+    reloaded.load_trained(tmp_path)
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded.act(obs, deterministic=True)[0], batched)

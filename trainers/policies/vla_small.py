@@ -235,7 +235,7 @@ class SmallVLAPolicy(TrainableStateMixin, DistributionPolicy):
         self.has_critic = bool(critic)
         self.action_stats = action_stats
         self.feature_cache = FeatureCache(feature_cache if not train_image_blocks else 0)
-        self.vision = EfficientNetLite0.pretrained()
+        self.vision = EfficientNetLite0.pretrained().eval()  # BatchNorm keeps its ImageNet statistics, always
         if not 0 <= train_image_blocks <= len(self.vision._blocks):
             raise ValueError(f"train_image_blocks must be in 0..{len(self.vision._blocks)}, got {train_image_blocks}")
         self.first_trained = len(self.vision._blocks) - train_image_blocks if train_image_blocks else None
