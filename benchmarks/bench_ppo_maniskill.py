@@ -5,8 +5,8 @@
     python benchmarks/bench_ppo_maniskill.py --plot docs/figures/ppo_maniskill_pushcube.png --json pushcube.json
 
 vla_gym: ``torchrun --nproc_per_node=2 trainers/ppo.py --config examples/configs/maniskill_pushcube_ppo.yaml``
-(its 120k env steps, the learning rate decaying linearly to 0) with a wall-clock limit (``time_limit_s``),
-evaluating 20 deterministic episodes (new seeds) every 25 updates (10k env steps) and at the end. Stable-Baselines3 (run afterwards, alone, for the same wall-clock budget): PPO MlpPolicy 3x256,
+(its 150k env steps, the learning rate decaying linearly to 0) with a wall-clock limit (``time_limit_s``),
+evaluating 20 deterministic episodes (new seeds) every 13 updates (10.4k env steps) and at the end. Stable-Baselines3 (run afterwards, alone, for the same wall-clock budget): PPO MlpPolicy 3x256,
 gamma 0.8, GAE lambda 0.9, otherwise SB3's defaults, in 2 subprocess envs (``SubprocVecEnv``) over the same
 env through vla_gym's ``SB3Compat`` wrapper; its success is that of its training episodes (as in the issue's
 reference figure, 0.80 after 28 minutes), plus 20 deterministic evaluation episodes at the end.
@@ -43,7 +43,7 @@ def scalars(run: pathlib.Path, *keys: str) -> dict[str, list[tuple[int, float]]]
 
 def run_ours(minutes: float, workdir: pathlib.Path, extra: list[str]) -> dict:
     # the config's total_timesteps (its learning rate decays to 0 there), cut at the wall-clock budget
-    overrides = [f"run_dir={workdir}", "name=vla_gym", f"time_limit_s={minutes * 60}", "eval.every=25",
+    overrides = [f"run_dir={workdir}", "name=vla_gym", f"time_limit_s={minutes * 60}", "eval.every=13",
                  "eval.episodes=20", "eval.video=false", "logging.progress_bar=false", "checkpoint.resume=null", *extra]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                "trainers/ppo.py", "--config", CONFIG, *overrides]
