@@ -111,8 +111,9 @@ def test_sigkilled_run_resumes_from_its_last_checkpoint(tmp_path):
 def test_resume_restores_model_optimizer_counters_and_rng(tmp_path):
     cfg = config_from_dict({"env": {"num_envs": 2}, "ppo": {"n_steps": 16, "batch_size": 16, "n_epochs": 1},
                             "run_dir": str(tmp_path), "name": "r", "logging": {"progress_bar": False},
-                            "checkpoint": {"every": 1, "resume": "auto"}, "eval": {"episodes": 0}})
+                            "checkpoint": {"every": 1, "resume": "auto"}, "eval": {"episodes": 0, "every": 1}})
     first = PPO.from_config(cfg).learn(64)
+    assert first._eval_envs is None and first.last_eval is None  # eval.episodes=0: no evaluation, no eval envs
     first_rng = (torch.rand(3), first.generator.get_state())
     first.close()
     resumed = PPO.from_config(cfg)

@@ -335,3 +335,14 @@ def test_wrapper_specs_from_configs():
     assert resolve_wrapper("vla_gym.wrappers:EpisodeMetrics") is EpisodeMetrics
     with pytest.raises(ValueError, match="no wrapper 'Nope'"):
         resolve_wrapper("Nope")
+
+
+def test_state_statistics_accept_an_empty_batch():
+    """A GRPO rank whose groups were all uniform (filtered out) still joins the statistics update with 0 rows."""
+    from vla_gym.trainers.policies.encoders import StateEncoder
+
+    encoder = StateEncoder(spaces.Box(-1, 1, (5,), np.float32), normalize=True)
+    encoder.update_statistics(torch.zeros(0, 5))
+    assert float(encoder.norm.count) == 0
+    encoder.update_statistics({"state": torch.ones(4, 5)})
+    assert float(encoder.norm.count) == 4 and torch.allclose(encoder.norm.mean, torch.ones(5, dtype=torch.float64))

@@ -295,7 +295,7 @@ class OnPolicyAlgorithm:
             self.logger.progress(self.num_timesteps, postfix)
         if self.checkpointer is not None and cfg.checkpoint.every and self.num_updates % cfg.checkpoint.every == 0:
             self.save_checkpoint()
-        if cfg.eval.every and self.num_updates % cfg.eval.every == 0:
+        if cfg.eval.every and cfg.eval.episodes > 0 and self.num_updates % cfg.eval.every == 0:
             self.evaluate(cfg.eval.episodes)
 
     def _finish_run(self) -> None:

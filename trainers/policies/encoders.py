@@ -98,7 +98,7 @@ class StateEncoder(nn.Module):
     def flat(obs) -> torch.Tensor:
         if isinstance(obs, dict):
             obs = obs["state"]
-        return obs.reshape(obs.shape[0], -1).float()
+        return obs.flatten(1).float()  # also for an empty batch (a GRPO rank whose groups were all filtered out)
 
     def forward(self, obs) -> torch.Tensor:
         x = self.flat(obs)
