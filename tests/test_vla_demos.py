@@ -17,3 +17,21 @@ def test_push_cube_expert_demos():
     assert len(demos["instruction"]) == n and "cube" in demos["instruction"][0]
     assert np.all(np.abs(demos["actions"]) <= 1.0) and np.all(demos["actions"][:, 6] == 1.0)
     assert sorted(set(demos["episode"].tolist())) == [0, 1]
+
+
+def test_sft_then_rl_short_form(tmp_path):
+    """examples/sft_then_rl.py end to end in miniature: demos -> BC -> eval -> GRPO -> eval, table and curve."""
+    import json
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    result = subprocess.run(
+        [sys.executable, "examples/sft_then_rl.py", "--demos", "1", "--bc-epochs", "2", "--eval-episodes", "2",
+         "--rl-steps", "60", "--group-size", "2", "--groups", "1", "--image-size", "64", "--out", str(tmp_path)],
+        cwd=root, capture_output=True, text=True, timeout=900, check=False)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["after_sft"]["episodes"] == results["after_rl"]["episodes"] == 2
+    assert results["curve"] and (tmp_path / "curve.png").exists() and "SFT + GRPO" in (tmp_path / "results.md").read_text()
