@@ -1,6 +1,6 @@
 """The seeds' recipe in miniature: demonstrations -> behaviour cloning (SFT) -> RL (PPO or GRPO), on a CPU.
 
-    python examples/sft_then_rl.py --out runs/sft_then_rl                  # PushCube, GRPO, ~40 min on 2 cores
+    python examples/sft_then_rl.py --out runs/sft_then_rl                  # PushCube, GRPO, ~25 min on 2 cores
     python examples/sft_then_rl.py --algo ppo --out runs/sft_then_ppo      # PPO with a critic instead
 
 1. A scripted expert that reads ManiSkill's privileged state makes ``--demos`` successful episodes
