@@ -57,10 +57,11 @@ def env_kwargs(args, reward_mode: str = "normalized_dense") -> dict:
     return {"cameras": ["main"], "image_size": args.image_size, "reward_mode": reward_mode}
 
 
-def make_envs(args, reward_mode: str = "normalized_dense"):
+def make_envs(args):
+    """The evaluation envs: the dense reward (for the table's return column), in worker processes."""
     import vla_gym
 
-    return vla_gym.make_vec(args.env, args.num_envs, vectorization="async", **env_kwargs(args, reward_mode))
+    return vla_gym.make_vec(args.env, args.num_envs, vectorization="async", **env_kwargs(args))
 
 
 def save_demos(demos: dict, path: pathlib.Path) -> None:
@@ -138,8 +139,7 @@ def reinforce(policy, args, out: pathlib.Path) -> list[dict]:
               f"success {metrics.get('env/success_once', float('nan')):.2f}, "
               f"return {metrics.get('env/return', float('nan')):.2f}", flush=True)
 
-    envs = make_envs(args, args.reward_mode)
-    config = config_from_dict({
+    config = config_from_dict({  # the trainer makes its envs from config.env
         "env": {"id": args.env, "num_envs": args.num_envs, "vectorization": "async",
                 "kwargs": env_kwargs(args, args.reward_mode)},
         "eval": {"episodes": 0}, "checkpoint": {"resume": None}, "logging": {"progress_bar": False},
@@ -147,10 +147,10 @@ def reinforce(policy, args, out: pathlib.Path) -> list[dict]:
     })
     common = {"config": config, "seed": args.seed, "device": "cpu", "run_dir": str(out), "name": f"{args.algo}_run"}
     if args.algo == "ppo":
-        algo = PPO(policy, envs, n_steps=50, batch_size=50, n_epochs=4, learning_rate=args.lr, gamma=0.99,
+        algo = PPO(policy, None, n_steps=50, batch_size=50, n_epochs=4, learning_rate=args.lr, gamma=0.99,
                    gae_lambda=0.95, clip_range=0.2, target_kl=0.05, max_grad_norm=0.5, **common)
     else:
-        algo = GRPO(policy, envs, group_size=args.group_size, groups_per_update=args.groups, n_epochs=4,
+        algo = GRPO(policy, None, group_size=args.group_size, groups_per_update=args.groups, n_epochs=4,
                     batch_size=128, learning_rate=args.lr, clip_range=0.2, filter_uniform_groups=True, target_kl=0.03,
                     **common)
     try:
