@@ -194,9 +194,9 @@ def _check_value(key: str, value: Any, hint: Any) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
         return dict(value)
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if hint in (bool, str):
+        if not isinstance(value, hint):
+            raise ConfigError(f"{key}: expected {'true or false' if hint is bool else 'a string'}, got {value!r}")
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -211,10 +211,6 @@ def _check_value(key: str, value: Any, hint: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
         return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
-        return value
     raise TypeError(f"config field {key} has an unsupported type {hint!r}")
 
 
