@@ -1,6 +1,6 @@
 """GRPO raises the success of a partly trained PPO policy on ManiSkill3 PushCube (state).
 
-    python benchmarks/bench_grpo_maniskill.py                                  # PPO 4 min, GRPO 10 min, 2 evals
+    python benchmarks/bench_grpo_maniskill.py                                  # PPO 4 min, GRPO 15 min, 2 evals
     python benchmarks/bench_grpo_maniskill.py --checkpoint runs/x/checkpoints/ckpt_00000040.pt
     python benchmarks/bench_grpo_maniskill.py --ppo-minutes 1 --grpo-minutes 1 --episodes 10   # short form (CI)
     python benchmarks/bench_grpo_maniskill.py --plot docs/figures/grpo_maniskill_pushcube.png --json grpo.json
@@ -51,7 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", help="start from this PPO checkpoint instead of training one")
     parser.add_argument("--ppo-minutes", type=float, default=4.0)
-    parser.add_argument("--grpo-minutes", type=float, default=10.0)
+    parser.add_argument("--grpo-minutes", type=float, default=15.0)
     parser.add_argument("--episodes", type=int, default=100, help="evaluation episodes before and after")
     parser.add_argument("--workdir")
     parser.add_argument("--plot")
