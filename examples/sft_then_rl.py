@@ -110,7 +110,7 @@ def behaviour_clone(policy, demos: dict, epochs: int, batch_size: int = 64, lr: 
 
 def evaluate(policy, args, seeds: list[int]) -> dict:
     """Greedy success rate / return / length on fixed seeds."""
-    from vla_gym.trainers.evaluation import EpisodeRunner, EpisodeSpec
+    from vla_gym.trainers.episode_runner import EpisodeRunner, EpisodeSpec
 
     envs = make_envs(args)
     try:

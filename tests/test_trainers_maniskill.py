@@ -8,7 +8,7 @@ import torch
 from vla_gym.trainers import GRPO, PPO
 from vla_gym.trainers.config import EnvConfig
 from vla_gym.trainers.envs import make_envs
-from vla_gym.trainers.evaluation import (
+from vla_gym.trainers.episode_runner import (
     EpisodeRunner,
     EpisodeSpec,
     suite_specs,

@@ -6,7 +6,7 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from vla_gym.trainers.buffer import RolloutBuffer
-from vla_gym.trainers.evaluation import EpisodeRunner, EpisodeSpec
+from vla_gym.trainers.episode_runner import EpisodeRunner, EpisodeSpec
 from vla_gym.trainers.policies.base import Policy
 from vla_gym.trainers.rollout import RolloutCollector
 

@@ -9,7 +9,7 @@
 
 Pieces, one job each: :mod:`.config` (YAML + overrides), :mod:`.envs` (vector envs per rank),
 :mod:`.policies` (act / evaluate interface and registry), :mod:`.rollout` and :mod:`.buffer` (PPO data),
-:mod:`.advantages` (GAE, group advantages), :mod:`.losses`, :mod:`.evaluation` (episode runner, reports),
+:mod:`.advantages` (GAE, group advantages), :mod:`.losses`, :mod:`.episode_runner` (episode runner, reports),
 :mod:`.distributed`, :mod:`.logger`, :mod:`.checkpoint`, :mod:`.algorithm` (the shared loop).
 See docs/trainers.md. Importing this package does not import torch until a name is used.
 """

@@ -42,7 +42,7 @@ from vla_gym.trainers.checkpoint import (
 from vla_gym.trainers.config import Config, config_from_dict, save_config
 from vla_gym.trainers.distributed import Distributed
 from vla_gym.trainers.envs import make_envs
-from vla_gym.trainers.evaluation import (
+from vla_gym.trainers.episode_runner import (
     EpisodeRunner,
     EpisodeSpec,
     summarize,

@@ -22,7 +22,7 @@ from vla_gym.trainers.checkpoint import load_checkpoint, load_policy
 from vla_gym.trainers.config import ConfigError, config_from_dict
 from vla_gym.trainers.distributed import Distributed
 from vla_gym.trainers.envs import make_envs
-from vla_gym.trainers.evaluation import (
+from vla_gym.trainers.episode_runner import (
     EpisodeRunner,
     markdown_table,
     suite_specs,

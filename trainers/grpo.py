@@ -10,7 +10,7 @@ succeeded at any step, or its return: ``grpo.score``); the advantage of every ac
 score minus the group's mean score (divided by the group's std with ``normalize_std``). The loss is PPO's
 clipped surrogate over those actions, minus an entropy bonus, plus ``kl_coef`` times a KL estimate to the
 frozen initial policy. Episodes run to their end in ``env.num_envs`` envs per rank, handed out as envs free up
-(:class:`~vla_gym.trainers.evaluation.EpisodeRunner`).
+(:class:`~vla_gym.trainers.episode_runner.EpisodeRunner`).
 
 ``grpo.init_checkpoint`` starts from a PPO (or GRPO) checkpoint: its actor weights are loaded, its critic dropped.
 """
@@ -29,7 +29,7 @@ from vla_gym.trainers.algorithm import OnPolicyAlgorithm
 from vla_gym.trainers.buffer import RolloutBuffer
 from vla_gym.trainers.checkpoint import load_checkpoint
 from vla_gym.trainers.envs import env_attr
-from vla_gym.trainers.evaluation import EpisodeRunner, EpisodeSpec
+from vla_gym.trainers.episode_runner import EpisodeRunner, EpisodeSpec
 from vla_gym.trainers.losses import clipped_policy_loss, kl_to_reference
 from vla_gym.trainers.policies import policy_class
 
