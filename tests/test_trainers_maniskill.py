@@ -76,7 +76,7 @@ def test_grpo_update_on_pushcube():
 def test_cnn_policy_with_images_action_chunks_and_video(tmp_path):
     kwargs = {"cameras": ["main", "wrist"], "image_size": 64, "max_episode_steps": 6}
     cfg = EnvConfig(id=PUSHCUBE, num_envs=2, kwargs=kwargs,
-                    wrappers=[{"name": "ActionChunk", "chunk_size": 2}, "EpisodeMetrics"])
+                    wrappers=[{"name": "ActionChunk", "kwargs": {"chunk_size": 2}}, "EpisodeMetrics"])
     envs = make_envs(cfg, 2)
     assert envs.single_action_space.shape == (2, 7)
     model = PPO("cnn", envs, n_steps=4, batch_size=8, n_epochs=1, policy_kwargs={"image_features": 16,

@@ -323,20 +323,6 @@ def test_running_observation_normalisation():
     assert "encoder.norm.mean" in policy.state_dict()  # checkpointed with the weights
 
 
-def test_wrapper_specs_from_configs():
-    import functools
-
-    from vla_gym.trainers.envs import resolve_wrapper
-    from vla_gym.wrappers import ActionChunk, EpisodeMetrics
-
-    assert resolve_wrapper("EpisodeMetrics") is EpisodeMetrics
-    chunk = resolve_wrapper({"name": "ActionChunk", "chunk_size": 4})
-    assert isinstance(chunk, functools.partial) and chunk.func is ActionChunk and chunk.keywords == {"chunk_size": 4}
-    assert resolve_wrapper("vla_gym.wrappers:EpisodeMetrics") is EpisodeMetrics
-    with pytest.raises(ValueError, match="no wrapper 'Nope'"):
-        resolve_wrapper("Nope")
-
-
 def test_state_statistics_accept_an_empty_batch():
     """A GRPO rank whose groups were all uniform (filtered out) still joins the statistics update with 0 rows."""
     from vla_gym.trainers.policies.encoders import StateEncoder

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
 import yaml
+from vla_gym.wrapper_spec import WrapperSpecError, check_wrapper_specs
 
 
 class ConfigError(ValueError):
@@ -35,7 +36,8 @@ class EnvConfig:
     vectorization: Literal["sync", "async"] = "sync"
     #: keyword arguments of the env constructor (e.g. obs_mode, task_id, max_episode_steps)
     kwargs: dict[str, Any] = field(default_factory=dict)
-    #: wrapper specs handed to vla_gym.make_vec (vla_gym env ids only)
+    #: wrapper specs handed to vla_gym.make_vec (vla_gym env ids only), innermost first: EpisodeMetrics,
+    #: package.module:Class or {name: ActionChunk, kwargs: {chunk_size: 8}} (vla_gym/wrapper_spec.py)
     wrappers: list[Any] = field(default_factory=list)
 
 
@@ -250,7 +252,12 @@ def config_from_dict(data: dict | None, overrides: list[str] = ()) -> Config:
         if not sep or not key:
             raise ConfigError(f"override {item!r} must look like key.sub=value")
         _set(data, key.strip(), yaml.safe_load(raw) if raw.strip() else "")
-    return _build(Config, data)
+    cfg = _build(Config, data)
+    try:  # a bad wrapper entry fails here, before any env is built
+        check_wrapper_specs(cfg.env.wrappers, key="env.wrappers")
+    except WrapperSpecError as exc:
+        raise ConfigError(str(exc)) from None
+    return cfg
 
 
 def load_config(path: str | pathlib.Path | None, overrides: list[str] = ()) -> Config:

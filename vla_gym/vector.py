@@ -39,7 +39,6 @@ closed (remaining workers are terminated): nothing hangs. Make a new vector env 
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import signal
 import time
@@ -50,6 +49,7 @@ import gymnasium as gym
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from vla_gym.registry import check_env_id
+from vla_gym.wrapper_spec import parse_wrapper, parse_wrappers
 
 VECTORIZATIONS = ("async", "sync")
 AUTORESET_MODE = AutoresetMode.SAME_STEP
@@ -59,34 +59,14 @@ class WorkerCrashedError(RuntimeError):
     """An async vector env's worker process died; the message names the sub-env and its task."""
 
 
-def resolve_wrapper(spec) -> Callable[..., gym.Env]:
-    """A wrapper callable from a callable, a name or a ``{"name": ..., "kwargs": {...}}`` mapping.
+def resolve_wrapper(spec, key: str = "wrapper") -> Callable[..., gym.Env]:
+    """A wrapper callable from a spec: a callable, a name or ``{"name": ..., "kwargs": {...}}``.
 
-    Names are classes of :mod:`vla_gym.wrappers` (``"EpisodeMetrics"``) or ``"package.module:Class"``,
-    so YAML configs can list wrappers::
+    The one parser is :func:`vla_gym.wrapper_spec.parse_wrapper` (its docstring lists the accepted forms)::
 
         wrappers: [{name: ActionChunk, kwargs: {chunk_size: 8}}, EpisodeMetrics]
     """
-    if callable(spec):
-        return spec
-    if isinstance(spec, Mapping):
-        unknown = set(spec) - {"name", "kwargs"}
-        if "name" not in spec or unknown:
-            raise ValueError(f"a wrapper mapping needs 'name' and optionally 'kwargs', got keys {sorted(spec)}")
-        return functools.partial(resolve_wrapper(spec["name"]), **dict(spec.get("kwargs") or {}))
-    if isinstance(spec, str):
-        module_name, _, attr = spec.rpartition(":") if ":" in spec else ("vla_gym.wrappers", "", spec)
-        module = importlib.import_module(module_name)
-        if not hasattr(module, attr):
-            import vla_gym.wrappers
-
-            names = [name for name in vla_gym.wrappers.__all__
-                     if isinstance(getattr(vla_gym.wrappers, name), type)
-                     and issubclass(getattr(vla_gym.wrappers, name), gym.Wrapper)]
-            raise ValueError(f"unknown wrapper {spec!r}: use one of vla_gym.wrappers ({', '.join(names)}) "
-                             "or 'package.module:Class'")
-        return getattr(module, attr)
-    raise TypeError(f"a wrapper must be a callable, a name or a mapping, got {spec!r}")
+    return parse_wrapper(spec, key)
 
 
 def _apply_wrappers(env: gym.Env, wrappers: Iterable[Callable], env_index: int) -> gym.Env:
@@ -220,7 +200,7 @@ def make_vec(
     if per_env_kwargs is not None and len(per_env_kwargs) != num_envs:
         raise ValueError(f"per_env_kwargs needs one dict per sub-env ({num_envs}), got {len(per_env_kwargs)}")
 
-    wrappers = tuple(resolve_wrapper(spec) for spec in wrappers)
+    wrappers = parse_wrappers(wrappers, key="wrappers")
     env_fns = [
         functools.partial(_make_sub_env, env_id, {**env_kwargs, **(per_env_kwargs[i] if per_env_kwargs else {})},
                           wrappers, i)
