@@ -1,6 +1,9 @@
 """Advantage estimators: GAE for PPO, group-relative for GRPO.
 
-    >>> adv, returns = gae(rewards, values, dones, last_values, gamma=0.99, lam=0.95)   # [T, N] each
+    >>> rewards, values, dones = torch.ones(3, 1), torch.zeros(3, 1), torch.zeros(3, 1, dtype=torch.bool)  # [T, N]
+    >>> advantages, returns = gae(rewards, values, dones, last_values=torch.zeros(1), gamma=0.5, lam=1.0)
+    >>> returns[:, 0]                                   # 1 + 0.5 * (1 + 0.5 * 1), 1 + 0.5 * 1, 1
+    tensor([1.7500, 1.5000, 1.0000])
     >>> group_advantages(torch.tensor([1., 0., 1., 1.]), group_size=2)
     tensor([ 0.5000, -0.5000,  0.0000,  0.0000])
 

@@ -59,7 +59,7 @@ class ObsStorage:
     """A ``[T, N]`` store for observation trees, allocated from the first observation written.
 
     >>> store = ObsStorage(128, 8, "cpu"); store.write(0, obs)   # doctest: +SKIP
-    >>> store.flat()                                              # doctest: +SKIP   rows t * N + n
+    >>> store.flat()                                              # rows t * N + n   # doctest: +SKIP
     """
 
     def __init__(self, n_steps: int, num_envs: int, device: torch.device | str):

@@ -2,7 +2,7 @@
 
     >>> from vla_gym.trainers.policies.lora import LoraSpec, apply_lora
     >>> spec = LoraSpec(rank=16, alpha=32)                  # language model attention + MLP, the default
-    >>> model = apply_lora(model, spec)                     # doctest: +SKIP   peft model, base weights frozen
+    >>> model = apply_lora(model, spec)                     # peft model, base weights frozen   # doctest: +SKIP
 
 ``targets`` is ``"language_model"`` (default: every attention and MLP projection of the language
 model, not of the vision tower), ``"all-linear"`` (peft's shortcut: every linear layer but the

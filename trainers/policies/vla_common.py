@@ -2,7 +2,7 @@
 value heads, chunk shapes and checkpoints that keep only the trained parameters.
 
     >>> vlm = VLMBackbone("google/paligemma-3b-pt-224", cameras=["main"], lora={"rank": 32})   # doctest: +SKIP
-    >>> inputs = vlm.inputs(obs)            # processor output on the policy's device, prompts left-padded
+    >>> inputs = vlm.inputs(obs)   # processor output on the policy's device, prompts left-padded  # doctest: +SKIP
     >>> out = vlm.model(**inputs, output_hidden_states=True)                               # doctest: +SKIP
 
 ``model`` is anything ``AutoModelForImageTextToText.from_pretrained`` and ``AutoProcessor.from_pretrained``

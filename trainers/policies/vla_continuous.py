@@ -3,7 +3,7 @@
     >>> policy = make_policy("vla_gym.trainers.policies.vla_continuous:ContinuousVLAPolicy",
     ...                      env.observation_space, env.action_space,          # (K, A) with ActionChunk
     ...                      model="HuggingFaceTB/SmolVLM-Instruct", lora={"rank": 32})   # doctest: +SKIP
-    >>> chunks, log_probs, values = policy.act(obs)                               # chunks: [B, K, A]
+    >>> chunks, log_probs, values = policy.act(obs)                               # chunks: [B, K, A]  # doctest: +SKIP
 
 The VLM reads the images and OpenVLA's prompt once; the last layer's hidden state at the last prompt
 token feeds an MLP action head that predicts the whole chunk in parallel (no autoregressive decoding:

