@@ -4,117 +4,54 @@
     >>> env = gym.make("VLA/Behavior-turning_on_radio-v0")                       # doctest: +SKIP
     >>> env = gym.make("VLA/Behavior-v0", activity="can_meat", control_mode="two_arms")  # doctest: +SKIP
 
-Only the parts that need no simulator were run on the machines this was written on: the task table,
-the spaces, the conversion of OmniGibson observation dicts (fed realistic dicts in the tests), the
-action mappings, the config dict and the error messages. ``BehaviorBackend.load/reset/step`` follow
-the BEHAVIOR-1K challenge evaluator's use of ``og.Environment`` but were NOT run against Isaac Sim
-(see docs/behavior.md).
+This module holds the OmniGibson calls and the env's front door; every conversion between them
+(actions, observations, the config dict, the scene lookup) is pure numpy in
+:mod:`vla_gym.backends.r1pro`. The calls follow the BEHAVIOR-1K challenge evaluator's use of
+OmniGibson, once per episode step:
 
-Actions (``control_mode``):
-    ``joint`` (23-D, default): the R1 Pro controllers of the 2025 challenge. :data:`ACTION_SLICES`
-        names the parts: base x/y/yaw velocity 0:3, torso 3:7, left arm 7:14, left gripper 14:15,
-        right arm 15:22, right gripper 22:23. Everything is in [-1, 1]: joint slices map linearly
-        onto the joint limits (:func:`joint_action_to_robot`), grippers are -1 open / +1 close like
-        every vla_gym arm. :func:`robot_to_joint_action` converts the challenge's raw actions.
-    ``two_arms`` (14-D): per arm a 6-D end-effector delta (position, axis-angle) and a gripper
-        (:data:`TWO_ARMS_SLICES`); the arms run OmniGibson's IK controller, the base is held still
-        and the torso at its joint positions from the reset (:func:`two_arms_action_to_robot`).
+    og.Environment(configs=omnigibson_config(...))     load: one activity's scene, R1 Pro, BehaviorTask
+    env.scene.object_registry("name", "robot_r1")      load: the head camera's aperture as in the demos
+    env.reset()                                        reset: the pre-sampled instance (no seed, see below)
+    env.step(torch float32 command)                    step: 23-D (joint) or 21-D (two_arms) robot command
+    env.task._termination_conditions["predicate"].goal_status   step: goal progress
+    og.clear()                                         close / task change: frees the scene
 
-Cameras: ``main`` (head ZED camera, ``zed_link``), ``left_wrist`` and ``right_wrist`` (RealSense),
-224x224 by default. ``state`` (37-D float32, :data:`STATE_SLICES`) comes from the robot's
-proprioception. Control runs at 30 Hz on 120 Hz physics; OmniGibson renders once per control step,
-so ``step(observe=False)`` saves only the image conversion.
+They were NOT run against Isaac Sim (no machine here can run it): tests/test_behavior.py checks them
+against a recording fake of the ``omnigibson`` module written from OmniGibson's source.
+
+Seeding: ``reset(seed=s)`` seeds vla_gym's task and instruction draws; OmniGibson's reset takes no
+seed and BehaviorTask restores the same pre-sampled instance (objects, first pre-sampled robot pose)
+every time, so the initial state does not depend on ``s``. Nothing here touches the global random
+generators of Python, NumPy or torch. OmniGibson's own optional randomness (``online_object_sampling``
+at load, ``randomize_presampled_pose``) draws from those global generators: seed them in your script
+if you turn it on (docs/behavior.md).
+
+Actions (``control_mode``): ``joint`` (23-D, default) or ``two_arms`` (14-D); cameras ``main`` (head),
+``left_wrist``, ``right_wrist``; 37-D ``state``: see :mod:`vla_gym.backends.r1pro` and docs/behavior.md.
+Control runs at 30 Hz on 120 Hz physics; OmniGibson renders once per control step, so
+``step(observe=False)`` saves only the image conversion.
 """
 from __future__ import annotations
 
 import contextlib
-import glob
 import importlib.util
 import os
-import random
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
-import yaml
 
 from vla_gym import schema
+from vla_gym.backends import r1pro
 from vla_gym.backends.base import Backend, TaskSpec
 from vla_gym.env import VLAEnv
 from vla_gym.errors import MissingSimulatorError
-from vla_gym.geometry import quat_to_axis_angle
 from vla_gym.tasks.behavior import activity_tasks
 
-ROBOT_NAME = "robot_r1"
-ROBOT_TYPE = "R1Pro"
-CONTROL_HZ = 30.0
-PHYSICS_HZ = 120.0
-#: camera role -> R1 Pro sensor; OmniGibson returns its image as obs[ROBOT_NAME][sensor]["rgb"]
-CAMERAS = {
-    "main": f"{ROBOT_NAME}:zed_link:Camera:0",
-    "left_wrist": f"{ROBOT_NAME}:left_realsense_link:Camera:0",
-    "right_wrist": f"{ROBOT_NAME}:right_realsense_link:Camera:0",
-}
-#: head camera aperture used when the challenge demonstrations were recorded
-HEAD_HORIZONTAL_APERTURE = 40.0
-
-#: named parts of the 23-D action (control_mode="joint"); the robot command has the same layout
-ACTION_SLICES = {
-    "base": slice(0, 3), "torso": slice(3, 7), "left_arm": slice(7, 14), "left_gripper": slice(14, 15),
-    "right_arm": slice(15, 22), "right_gripper": slice(22, 23),
-}
-#: named parts of the 14-D action (control_mode="two_arms")
-TWO_ARMS_SLICES = {
-    "left_arm": slice(0, 6), "left_gripper": slice(6, 7), "right_arm": slice(7, 13), "right_gripper": slice(13, 14),
-}
-#: robot command layout in two_arms mode: the arms' IK controllers take 6-D commands (21-D in all)
-TWO_ARMS_ROBOT_SLICES = {
-    "base": slice(0, 3), "torso": slice(3, 7), "left_arm": slice(7, 13), "left_gripper": slice(13, 14),
-    "right_arm": slice(14, 20), "right_gripper": slice(20, 21),
-}
-#: control mode -> action dimension
-CONTROL_MODES = {"joint": 23, "two_arms": 14}
-
-#: joint position limits (rad) of the R1 Pro, as used by the BEHAVIOR-1K challenge (JOINT_RANGE)
-JOINT_LIMITS = {
-    "torso": ((-1.1345, -2.7925, -1.8326, -3.0543), (1.8326, 2.5307, 1.5708, 3.0543)),
-    "left_arm": ((-4.4506, -0.1745, -2.3562, -2.0944, -2.3562, -1.0472, -1.5708),
-                 (1.3090, 3.1416, 2.3562, 0.3491, 2.3562, 1.0472, 1.5708)),
-    "right_arm": ((-4.4506, -3.1416, -2.3562, -2.0944, -2.3562, -1.0472, -1.5708),
-                  (1.3090, 0.1745, 2.3562, 0.3491, 2.3562, 1.0472, 1.5708)),
-}
-#: base velocity limits: the base controller maps [-1, 1] onto +-0.75 m/s (x, y) and +-1 rad/s (yaw)
-BASE_VELOCITY_LIMITS = (0.75, 0.75, 1.0)
-#: two_arms mode: an end-effector command of 1 moves this far per control step (m, rad)
-EE_DELTA_LIMITS = (0.05, 0.2)
-#: torso joint positions of the challenge's start pose (BEHAVIOR-1K robot config reset_joint_pos)
-TORSO_START = (1.025, -1.45, -0.47, 0.0)
-#: 28 joints: 6 virtual base joints, 4 torso, 14 arm (interleaved left/right), 4 fingers (open)
-RESET_JOINT_POS = (0.0,) * 6 + TORSO_START + (0.0,) * 14 + (0.05,) * 4
-
-#: proprioception the robot is asked for (proprio_obs), in order, with dimensions
-PROPRIO = (
-    ("base_qvel", 3), ("trunk_qpos", 4),
-    ("arm_left_qpos", 7), ("gripper_left_qpos", 2), ("eef_left_pos", 3), ("eef_left_quat", 4),
-    ("arm_right_qpos", 7), ("gripper_right_qpos", 2), ("eef_right_pos", 3), ("eef_right_quat", 4),
-)
-PROPRIO_DIM = sum(dim for _, dim in PROPRIO)
-#: layout of the unified 37-D ``state`` (end-effector poses in the robot base frame)
-STATE_SLICES = {
-    "base_velocity": slice(0, 3), "torso_qpos": slice(3, 7),
-    "left_arm_qpos": slice(7, 14), "left_gripper_qpos": slice(14, 16),
-    "left_eef_pos": slice(16, 19), "left_eef_axis_angle": slice(19, 22),
-    "right_arm_qpos": slice(22, 29), "right_gripper_qpos": slice(29, 31),
-    "right_eef_pos": slice(31, 34), "right_eef_axis_angle": slice(34, 37),
-}
-STATE_DIM = 37
-#: OmniGibson's own timeout is disabled: VLAEnv owns the per-task episode limit
-NO_TIMEOUT = 10**9
-
 DATA_PATH_VARIABLE = "OMNIGIBSON_DATA_PATH"
-#: per-task scene and robot start pose of the challenge tasks, inside the data path
-CHALLENGE_TASKS_FILE = os.path.join("2025-challenge-task-instances", "metadata", "available_tasks.yaml")
+#: OmniGibson macros set before the first environment, as the challenge evaluator sets them
+OMNIGIBSON_MACROS = {"ENABLE_OBJECT_STATES": True, "ENABLE_TRANSITION_RULES": True, "USE_GPU_DYNAMICS": False}
 
 
 # ------------------------------------------------------------------------------------------ errors
@@ -155,304 +92,36 @@ def import_omnigibson():
         from omnigibson.robots import REGISTERED_ROBOTS
     except ImportError as exc:
         raise BehaviorUnavailableError(f"importing omnigibson failed ({exc})") from exc
-    if ROBOT_TYPE.lower() not in {name.lower() for name in REGISTERED_ROBOTS}:
+    if r1pro.ROBOT_TYPE.lower() not in {name.lower() for name in REGISTERED_ROBOTS}:
         version = getattr(og, "__version__", "?")
         raise BehaviorUnavailableError(
-            f"omnigibson {version} has no {ROBOT_TYPE} robot; install BEHAVIOR-1K's OmniGibson")
+            f"omnigibson {version} has no {r1pro.ROBOT_TYPE} robot; install BEHAVIOR-1K's OmniGibson")
     if not os.path.isdir(gm.DATA_PATH):
         raise BehaviorUnavailableError(f"the data path {gm.DATA_PATH!r} does not exist; set {DATA_PATH_VARIABLE}")
-    settings = {"ENABLE_OBJECT_STATES": True, "ENABLE_TRANSITION_RULES": True, "USE_GPU_DYNAMICS": False}
     with (gm.unlocked() if hasattr(gm, "unlocked") else contextlib.nullcontext()):
-        for key, value in settings.items():
+        for key, value in OMNIGIBSON_MACROS.items():
             setattr(gm, key, value)
     return og
 
 
-# ------------------------------------------------------------------------------ action mapping (pure)
-def _check_shape(action, dim: int, mode: str) -> np.ndarray:
-    array = np.asarray(action, dtype=np.float64)
-    if array.shape != (dim,):
-        raise ValueError(f"a {mode} action has shape ({dim},), got {array.shape}")
-    return array
-
-
-def _scale(unit: np.ndarray, limits) -> np.ndarray:
-    low, high = (np.asarray(bound) for bound in limits)
-    return low + (unit + 1.0) / 2.0 * (high - low)
-
-
-def _unscale(value: np.ndarray, limits) -> np.ndarray:
-    low, high = (np.asarray(bound) for bound in limits)
-    return np.clip((np.asarray(value) - low) / (high - low) * 2.0 - 1.0, -1.0, 1.0)
-
-
-def joint_action_to_robot(action) -> np.ndarray:
-    """23-D unified action in [-1, 1] -> the R1 Pro controllers' 23-D command.
-
-    Base: unchanged (the base controller scales [-1, 1] itself). Torso and arms: absolute joint
-    positions, [-1, 1] spread over :data:`JOINT_LIMITS`. Grippers: sign flipped, because
-    OmniGibson's gripper controller reads +1 as open and vla_gym uses +1 for close.
-
-    >>> joint_action_to_robot(np.zeros(23))[ACTION_SLICES["torso"]].round(3)
-    array([ 0.349, -0.131, -0.131,  0.   ])
-    """
-    action = np.clip(_check_shape(action, 23, "joint"), -1.0, 1.0)
-    command = action.copy()
-    for part in ("torso", "left_arm", "right_arm"):
-        command[ACTION_SLICES[part]] = _scale(action[ACTION_SLICES[part]], JOINT_LIMITS[part])
-    for part in ("left_gripper", "right_gripper"):
-        command[ACTION_SLICES[part]] = -action[ACTION_SLICES[part]]
-    return command
-
-
-def robot_to_joint_action(command) -> np.ndarray:
-    """Inverse of :func:`joint_action_to_robot`: e.g. the BEHAVIOR challenge demos' actions -> [-1, 1]."""
-    command = _check_shape(command, 23, "joint")
-    action = command.copy()
-    for part in ("torso", "left_arm", "right_arm"):
-        action[ACTION_SLICES[part]] = _unscale(command[ACTION_SLICES[part]], JOINT_LIMITS[part])
-    for part in ("left_gripper", "right_gripper"):
-        action[ACTION_SLICES[part]] = -command[ACTION_SLICES[part]]
-    return action
-
-
-def two_arms_action_to_robot(action, torso_hold: Sequence[float] = TORSO_START) -> np.ndarray:
-    """14-D two-arm action -> the 21-D command of the two_arms controllers (:data:`TWO_ARMS_ROBOT_SLICES`).
-
-    The base gets zero velocity, the torso its ``torso_hold`` joint positions, each arm its 6-D
-    end-effector delta (the IK controller scales [-1, 1] by :data:`EE_DELTA_LIMITS`), each gripper
-    its sign-flipped value.
-
-    >>> two_arms_action_to_robot(np.ones(14))[TWO_ARMS_ROBOT_SLICES["base"]]
-    array([0., 0., 0.])
-    """
-    action = np.clip(_check_shape(action, 14, "two_arms"), -1.0, 1.0)
-    command = np.zeros(21)
-    command[TWO_ARMS_ROBOT_SLICES["torso"]] = _check_shape(torso_hold, 4, "torso_hold")
-    for part in ("left_arm", "right_arm"):
-        command[TWO_ARMS_ROBOT_SLICES[part]] = action[TWO_ARMS_SLICES[part]]
-    for part in ("left_gripper", "right_gripper"):
-        command[TWO_ARMS_ROBOT_SLICES[part]] = -action[TWO_ARMS_SLICES[part]]
-    return command
-
-
-def robot_command(action, control_mode: str, torso_hold: Sequence[float] = TORSO_START) -> np.ndarray:
-    """Dispatch to :func:`joint_action_to_robot` or :func:`two_arms_action_to_robot`."""
-    if control_mode == "joint":
-        return joint_action_to_robot(action)
-    return two_arms_action_to_robot(action, torso_hold)
-
-
-# ------------------------------------------------------------------------- observation mapping (pure)
-def to_numpy(value) -> np.ndarray:
-    """torch tensor (any device) or array-like -> numpy array."""
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
-    return np.asarray(value)
-
-
-def flatten_observation(obs: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested OmniGibson obs -> flat ``"robot_r1::<sensor>::rgb"`` keys (flat input passes through)."""
-    flat = {}
-    for key, value in obs.items():
-        name = f"{prefix}::{key}" if prefix else key
-        if isinstance(value, Mapping):
-            flat.update(flatten_observation(value, name))
-        else:
-            flat[name] = value
-    return flat
-
-
-def _resize_nearest(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    rows = np.arange(size[0]) * image.shape[0] // size[0]
-    cols = np.arange(size[1]) * image.shape[1] // size[1]
-    return image[rows][:, cols]
-
-
-def observation_images(obs: Mapping[str, Any], camera_roles: Sequence[str],
-                       image_size: tuple[int, int]) -> dict[str, np.ndarray]:
-    """OmniGibson obs -> {role: uint8 (H, W, 3)}: alpha dropped, resized (nearest) if the sensor differs."""
-    flat = flatten_observation(obs)
-    images = {}
-    for role in camera_roles:
-        key = f"{ROBOT_NAME}::{CAMERAS[role]}::rgb"
-        if key not in flat:
-            found = sorted(k for k in flat if k.endswith("::rgb"))
-            raise KeyError(f"no {key!r} in the OmniGibson observation (rgb keys found: {found})")
-        image = to_numpy(flat[key])
-        if image.dtype != np.uint8 or image.ndim != 3 or image.shape[-1] not in (3, 4):
-            raise ValueError(f"{key} must be uint8 (H, W, 3|4), got {image.dtype} {image.shape}")
-        image = image[..., :3]
-        if image.shape[:2] != tuple(image_size):
-            image = _resize_nearest(image, image_size)
-        images[role] = np.ascontiguousarray(image)
-    return images
-
-
-def _proprio_parts(flat: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    key = f"{ROBOT_NAME}::proprio"
-    if key in flat:  # one vector in PROPRIO order (robot config proprio_obs)
-        vector = to_numpy(flat[key]).astype(np.float64).reshape(-1)
-        if vector.shape != (PROPRIO_DIM,):
-            raise ValueError(f"{key} has {vector.size} values; the robot config asks for {PROPRIO_DIM} "
-                             f"({', '.join(name for name, _ in PROPRIO)})")
-        bounds = np.cumsum([0] + [dim for _, dim in PROPRIO])
-        spans = zip(PROPRIO, bounds[:-1], bounds[1:], strict=True)
-        return {name: vector[start:stop] for (name, _), start, stop in spans}
-    parts = {name: to_numpy(flat.get(f"{key}::{name}", np.empty(0))).astype(np.float64).reshape(-1)
-             for name, _ in PROPRIO}
-    wrong = [f"{name} ({parts[name].size}, want {dim})" for name, dim in PROPRIO if parts[name].size != dim]
-    if wrong:
-        raise ValueError(f"proprioception missing or malformed in the OmniGibson observation: {', '.join(wrong)}")
-    return parts
-
-
-def observation_state(obs: Mapping[str, Any]) -> np.ndarray:
-    """OmniGibson obs -> the 37-D float32 ``state`` (:data:`STATE_SLICES`); quaternions are xyzw."""
-    parts = _proprio_parts(flatten_observation(obs))
-    return np.concatenate([
-        parts["base_qvel"], parts["trunk_qpos"],
-        parts["arm_left_qpos"], parts["gripper_left_qpos"],
-        parts["eef_left_pos"], quat_to_axis_angle(parts["eef_left_quat"], scalar_first=False),
-        parts["arm_right_qpos"], parts["gripper_right_qpos"],
-        parts["eef_right_pos"], quat_to_axis_angle(parts["eef_right_quat"], scalar_first=False),
-    ]).astype(np.float32)
-
-
-def single(value):
-    """Unbatch OmniGibson results: newer versions return per-env lists / (1,) tensors."""
-    if isinstance(value, (list, tuple)) and len(value) == 1:
-        return value[0]
-    if hasattr(value, "shape") and getattr(value, "ndim", 0) >= 1 and np.prod(value.shape) == 1:
-        return to_numpy(value).reshape(-1)[0].item()
-    return value
-
-
-def success_from_info(info: Mapping[str, Any]) -> bool:
-    """The BEHAVIOR task's goal predicates, as reported in ``info["done"]["success"]``."""
-    done = info.get("done", {})
-    return bool(single(done.get("success", info.get("success", False))))
-
-
-def goal_progress(goal_status: Mapping[str, Sequence] | None) -> float | None:
-    """Fraction of satisfied goal conditions from OmniGibson's {"satisfied": [...], "unsatisfied": [...]}."""
-    if not goal_status:
-        return None
-    satisfied, unsatisfied = len(goal_status.get("satisfied", ())), len(goal_status.get("unsatisfied", ()))
-    return satisfied / (satisfied + unsatisfied) if satisfied + unsatisfied else None
-
-
-# ----------------------------------------------------------------------------- OmniGibson config (pure)
-def controller_config(control_mode: str, ee_delta_limits: tuple[float, float] = EE_DELTA_LIMITS) -> dict:
-    """R1 Pro controllers: the 2025 challenge's joint controllers, or IK arms for ``two_arms``."""
-    joint = {"name": "JointController", "motor_type": "position", "pos_kp": 150, "command_input_limits": None,
-             "command_output_limits": None, "use_impedances": False, "use_delta_commands": False}
-    gripper = {"name": "MultiFingerGripperController", "mode": "smooth", "command_input_limits": "default",
-               "command_output_limits": "default"}
-    base = {"name": "HolonomicBaseJointController", "motor_type": "velocity", "vel_kp": 150,
-            "command_input_limits": [[-1.0] * 3, [1.0] * 3],
-            "command_output_limits": [[-v for v in BASE_VELOCITY_LIMITS], list(BASE_VELOCITY_LIMITS)],
-            "use_impedances": False}
-    arm = dict(joint)
-    if control_mode == "two_arms":
-        position, rotation = ee_delta_limits
-        limit = [position] * 3 + [rotation] * 3
-        arm = {"name": "InverseKinematicsController", "mode": "pose_delta_ori", "motor_type": "position",
-               "pos_kp": 150, "command_input_limits": "default",
-               "command_output_limits": [[-v for v in limit], limit], "use_impedances": False}
-    return {"base": base, "trunk": dict(joint), "arm_left": dict(arm), "arm_right": dict(arm),
-            "gripper_left": dict(gripper), "gripper_right": dict(gripper), "camera": {"name": "NullJointController"}}
-
-
-def robot_config(image_size: tuple[int, int], control_mode: str, scene: Mapping[str, Any] | None = None,
-                 ee_delta_limits: tuple[float, float] = EE_DELTA_LIMITS) -> dict:
-    """The R1 Pro entry of the OmniGibson config (start pose from the challenge task file if known)."""
-    config = {
-        "type": ROBOT_TYPE, "name": ROBOT_NAME, "action_normalize": False, "self_collisions": True,
-        "grasping_mode": "assisted", "obs_modalities": ["rgb", "proprio"],
-        "proprio_obs": [name for name, _ in PROPRIO],
-        "controller_config": controller_config(control_mode, ee_delta_limits),
-        "sensor_config": {"VisionSensor": {"sensor_kwargs": {"image_height": image_size[0],
-                                                              "image_width": image_size[1]}}},
-        "reset_joint_pos": list(RESET_JOINT_POS),
-    }
-    for key, source in (("position", "robot_start_position"), ("orientation", "robot_start_orientation")):
-        if scene and scene.get(source) is not None:
-            config[key] = list(scene[source])
-    return config
-
-
-def merge(base: dict, overrides: Mapping[str, Any] | None) -> dict:
-    """Recursive dict merge: ``overrides`` wins, nested dicts are merged (returns a new dict)."""
-    merged = dict(base)
-    for key, value in (overrides or {}).items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def omnigibson_config(activity: str, scene: Mapping[str, Any], image_size: tuple[int, int] = (224, 224),
-                      control_mode: str = "joint", online_object_sampling: bool = False,
-                      ee_delta_limits: tuple[float, float] = EE_DELTA_LIMITS,
-                      overrides: Mapping[str, Any] | None = None) -> dict:
-    """The ``og.Environment(configs=...)`` dict for one activity (json-serializable).
-
-    >>> omnigibson_config("can_meat", {"scene_model": "Rs_int"})["task"]["activity_name"]
-    'can_meat'
-    """
-    config = {
-        "env": {"action_frequency": CONTROL_HZ, "rendering_frequency": CONTROL_HZ, "physics_frequency": PHYSICS_HZ},
-        "scene": {"type": "InteractiveTraversableScene", "scene_model": scene["scene_model"],
-                  "load_room_types": None, "load_room_instances": scene.get("load_room_instances"),
-                  "include_robots": False},
-        "robots": [robot_config(image_size, control_mode, scene, ee_delta_limits)],
-        "task": {"type": "BehaviorTask", "activity_name": activity, "activity_definition_id": 0,
-                 "activity_instance_id": 0, "online_object_sampling": online_object_sampling,
-                 # newer BehaviorTask versions refuse presampled robot poses with online sampling
-                 "use_presampled_robot_pose": not online_object_sampling,
-                 "debug_object_sampling": False, "highlight_task_relevant_objects": False,
-                 "termination_config": {"max_steps": NO_TIMEOUT}, "reward_config": {"r_potential": 1.0},
-                 "include_obs": False},
-    }
-    return merge(config, overrides)
-
-
-def find_scene(activity: str, data_path: str) -> dict | None:
-    """Where ``activity`` can be loaded: {"scene_model", ...} or None.
-
-    Challenge tasks: the first (seed) instance in ``<data>/2025-challenge-task-instances/metadata/
-    available_tasks.yaml`` (scene, robot start pose, rooms), as the challenge evaluator does.
-    Other activities: the first scene that ships a pre-sampled ``<scene>_task_<activity>_0_0_template.json``.
-    """
-    tasks_file = os.path.join(data_path, CHALLENGE_TASKS_FILE)
-    if os.path.isfile(tasks_file):
-        with open(tasks_file) as file:
-            entries = (yaml.safe_load(file) or {}).get(activity)
-        if entries:
-            return dict(entries[0] if isinstance(entries, list) else entries)
-    pattern = os.path.join(data_path, "*", "scenes", "*", "json", f"*_task_{activity}_0_0_template.json")
-    templates = sorted(glob.glob(pattern))
-    if templates:
-        return {"scene_model": os.path.basename(os.path.dirname(os.path.dirname(templates[0])))}
-    return None
-
-
 # ---------------------------------------------------------------------------------------- backend
 class BehaviorBackend(Backend):
-    """One OmniGibson environment (one per process: Isaac Sim is a singleton). NOT run against Isaac Sim."""
+    """One OmniGibson environment (one per process: Isaac Sim is a singleton). NOT run against Isaac Sim.
 
-    control_hz = CONTROL_HZ
-    state_dim = STATE_DIM
+    Only simulator calls live here (listed in the module docstring); the conversions are
+    :mod:`vla_gym.backends.r1pro`'s.
+    """
 
-    def __init__(self, camera_roles: Sequence[str] = tuple(CAMERAS), image_size: tuple[int, int] = (224, 224),
+    control_hz = r1pro.CONTROL_HZ
+    state_dim = r1pro.STATE_DIM
+
+    def __init__(self, camera_roles: Sequence[str] = tuple(r1pro.CAMERAS), image_size: tuple[int, int] = (224, 224),
                  control_mode: str = "joint", scene_model: str | None = None, online_object_sampling: bool = False,
-                 reward_type: str = "sparse", ee_delta_limits: tuple[float, float] = EE_DELTA_LIMITS,
+                 reward_type: str = "sparse", ee_delta_limits: tuple[float, float] = r1pro.EE_DELTA_LIMITS,
                  config_overrides: Mapping[str, Any] | None = None):
         check_settings(camera_roles, control_mode, reward_type)
         super().__init__(camera_roles, image_size)
-        self.action_dim = CONTROL_MODES[control_mode]
+        self.action_dim = r1pro.CONTROL_MODES[control_mode]
         self.control_mode = control_mode
         self.scene_model = scene_model
         self.online_object_sampling = online_object_sampling
@@ -462,15 +131,16 @@ class BehaviorBackend(Backend):
         self._og = import_omnigibson()
         self._env = None
         self._obs: dict | None = None
-        self._torso_hold = np.asarray(TORSO_START)
+        self._torso_hold = np.asarray(r1pro.TORSO_START)
         self.goal_progress: float | None = None
 
     def scene_for(self, activity: str) -> dict:
+        """The scene ``activity`` loads in: ``scene_model`` if given, else the data path's (r1pro.find_scene)."""
         if self.scene_model is not None:
             return {"scene_model": self.scene_model}
         from omnigibson.macros import gm
 
-        scene = find_scene(activity, gm.DATA_PATH)
+        scene = r1pro.find_scene(activity, gm.DATA_PATH)
         if scene is None:
             raise ValueError(
                 f"no pre-sampled scene for BEHAVIOR activity {activity!r} under {gm.DATA_PATH}: pass "
@@ -480,59 +150,56 @@ class BehaviorBackend(Backend):
         return scene
 
     def load(self, task: TaskSpec) -> None:
-        config = omnigibson_config(task.name, self.scene_for(task.name), self.image_size, self.control_mode,
-                                   self.online_object_sampling, self.ee_delta_limits, self.config_overrides)
+        config = r1pro.omnigibson_config(task.name, self.scene_for(task.name), self.image_size, self.control_mode,
+                                         self.online_object_sampling, self.ee_delta_limits, self.config_overrides)
         self.close()
         self._env = self._og.Environment(configs=config)
-        robot = self._env.scene.object_registry("name", ROBOT_NAME)
-        head = robot.sensors.get(CAMERAS["main"])
+        robot = self._env.scene.object_registry("name", r1pro.ROBOT_NAME)
+        head = robot.sensors.get(r1pro.CAMERAS["main"])
         if head is not None and hasattr(head, "horizontal_aperture"):
-            head.horizontal_aperture = HEAD_HORIZONTAL_APERTURE
+            head.horizontal_aperture = r1pro.HEAD_HORIZONTAL_APERTURE
 
     def reset(self, init_state_id: int | None, seed: int) -> None:
-        import torch
-
-        random.seed(seed)
-        np.random.seed(seed % 2**32)
-        torch.manual_seed(seed)
+        """``env.reset()`` as the challenge evaluator calls it; ``seed`` is unused (module docstring)."""
         obs, _ = self._env.reset()
-        self._obs = single(obs)
-        self._torso_hold = observation_state(self._obs)[STATE_SLICES["torso_qpos"]].astype(np.float64)
+        self._obs = r1pro.single(obs)
+        self._torso_hold = r1pro.observation_state(self._obs)[r1pro.STATE_SLICES["torso_qpos"]].astype(np.float64)
         self.goal_progress = None
 
     def step(self, action: np.ndarray) -> tuple[float, bool]:
-        import torch
+        import torch  # OmniGibson runs on torch; vla_gym imports it only here
 
-        command = robot_command(action, self.control_mode, self._torso_hold)
+        command = r1pro.robot_command(action, self.control_mode, self._torso_hold)
         obs, reward, _, _, info = self._env.step(torch.as_tensor(command, dtype=torch.float32))
-        self._obs, info = single(obs), single(info)
-        success = success_from_info(info)
-        self.goal_progress = goal_progress(self._goal_status())
-        return (float(single(reward)) if self.reward_type == "potential" else float(success)), success
+        self._obs, info = r1pro.single(obs), r1pro.single(info)
+        success = r1pro.success_from_info(info)
+        self.goal_progress = r1pro.goal_progress(self._goal_status())
+        return (float(r1pro.single(reward)) if self.reward_type == "potential" else float(success)), success
 
     def _goal_status(self):
         conditions = getattr(self._env.task, "_termination_conditions", {}) or {}
         return getattr(conditions.get("predicate"), "goal_status", None)
 
     def state(self) -> np.ndarray:
-        return observation_state(self._obs)
+        return r1pro.observation_state(self._obs)
 
     def render(self) -> dict[str, np.ndarray]:
-        return observation_images(self._obs, self.camera_roles, self.image_size)
+        return r1pro.observation_images(self._obs, self.camera_roles, self.image_size)
 
     def close(self) -> None:
         if self._env is not None:
-            self._og.clear()  # frees the scene; Isaac Sim itself lives until the process exits
+            self._env.close()  # a no-op in OmniGibson today; kept for the gymnasium contract
+            self._og.clear()   # frees the scene; Isaac Sim itself lives until the process exits
             self._env = None
 
 
 def check_settings(camera_roles: Sequence[str], control_mode: str, reward_type: str = "sparse") -> None:
     """Validate user settings before anything is imported."""
-    unknown = [role for role in camera_roles if role not in CAMERAS]
+    unknown = [role for role in camera_roles if role not in r1pro.CAMERAS]
     if unknown or not camera_roles:
-        raise ValueError(f"unknown BEHAVIOR camera roles {unknown}; choose from {list(CAMERAS)}")
-    if control_mode not in CONTROL_MODES:
-        raise ValueError(f"control_mode must be one of {list(CONTROL_MODES)}, got {control_mode!r}")
+        raise ValueError(f"unknown BEHAVIOR camera roles {unknown}; choose from {list(r1pro.CAMERAS)}")
+    if control_mode not in r1pro.CONTROL_MODES:
+        raise ValueError(f"control_mode must be one of {list(r1pro.CONTROL_MODES)}, got {control_mode!r}")
     if reward_type not in ("sparse", "potential"):
         raise ValueError(f"reward_type must be 'sparse' or 'potential', got {reward_type!r}")
 
@@ -555,7 +222,7 @@ def behavior_tasks(activity: str | Sequence[str] | None, instruction: str | None
 
 
 def behavior_spaces(activity: str | Sequence[str] = "challenge", control_mode: str = "joint",
-                    cameras: Sequence[str] = tuple(CAMERAS), image_size: int | Sequence[int] = 224):
+                    cameras: Sequence[str] = tuple(r1pro.CAMERAS), image_size: int | Sequence[int] = 224):
     """(observation_space, action_space) of a BEHAVIOR env, without OmniGibson.
 
     >>> obs_space, act_space = behavior_spaces("can_meat", control_mode="two_arms")
@@ -565,10 +232,10 @@ def behavior_spaces(activity: str | Sequence[str] = "challenge", control_mode: s
     check_settings(cameras, control_mode)
     tasks = activity_tasks(activity)
     observation_space = schema.observation_space(
-        cameras, _image_size(image_size), STATE_DIM,
+        cameras, _image_size(image_size), r1pro.STATE_DIM,
         max_instruction_length=max(len(text) for t in tasks for text in (t.instruction, *t.paraphrases)),
     )
-    return observation_space, schema.action_space(CONTROL_MODES[control_mode])
+    return observation_space, schema.action_space(r1pro.CONTROL_MODES[control_mode])
 
 
 class BehaviorEnv(VLAEnv):
@@ -578,7 +245,7 @@ class BehaviorEnv(VLAEnv):
         activity: an activity name (any of the 1,016), a list of names, or ``"challenge"`` (the 50
             challenge tasks in order).
         task_id: fixed index into the activities, or None to draw one per reset.
-        control_mode: ``joint`` (23-D, default) or ``two_arms`` (14-D); see the module docstring.
+        control_mode: ``joint`` (23-D, default) or ``two_arms`` (14-D); see :mod:`vla_gym.backends.r1pro`.
         cameras: roles from ``main`` (head), ``left_wrist``, ``right_wrist``.
         image_size: int or (height, width), default 224 (the challenge records 720 head / 480 wrist).
         max_episode_steps: overrides the per-task limit (challenge tasks: 2x the mean human
@@ -591,18 +258,21 @@ class BehaviorEnv(VLAEnv):
             pre-sampled instance (needed for scenes without one; slow).
         reward_type: ``sparse`` (1.0 on success) or ``potential`` (OmniGibson's goal-progress reward).
         ee_delta_limits: two_arms mode, (metres, radians) per control step for a command of 1.
-        config_overrides: dict merged recursively into the OmniGibson config (:func:`omnigibson_config`).
+        config_overrides: dict merged recursively into the OmniGibson config
+            (:func:`vla_gym.backends.r1pro.omnigibson_config`).
 
     ``info["goal_progress"]`` is the fraction of satisfied goal conditions (None before a step).
+    ``reset(seed=s)`` makes the task and instruction draws repeatable; the initial scene is the
+    activity's pre-sampled instance whatever ``s`` is (module docstring, "Seeding").
     """
 
     def __init__(self, activity: str | Sequence[str] | None = None, task_id: int | None = None,
-                 control_mode: str = "joint", cameras: Sequence[str] = tuple(CAMERAS),
+                 control_mode: str = "joint", cameras: Sequence[str] = tuple(r1pro.CAMERAS),
                  image_size: int | Sequence[int] = 224, max_episode_steps: int | None = None,
                  render_mode: str | None = None, instruction: str | None = None,
                  paraphrase_instructions: bool = False, scene_model: str | None = None,
                  online_object_sampling: bool = False, reward_type: str = "sparse",
-                 ee_delta_limits: tuple[float, float] = EE_DELTA_LIMITS,
+                 ee_delta_limits: tuple[float, float] = r1pro.EE_DELTA_LIMITS,
                  config_overrides: Mapping[str, Any] | None = None):
         tasks = behavior_tasks(activity, instruction)
         backend = BehaviorBackend(tuple(cameras), _image_size(image_size), control_mode, scene_model,
