@@ -151,8 +151,9 @@ class FakeR1Pro:
 
     def __init__(self, config: dict):
         _unknown(config, ROBOT_KEYS, "robots[0]")
-        model = config.get("model", config.get("type"))
-        _require(model == "R1Pro", f"robot type {model!r}: this fake models the R1 Pro only")
+        # the 2025 OmniGibson reads "type": "R1Pro"; newer ones prefer "model": "r1pro" and lower-case a "type"
+        model = config.get("model") or str(config.get("type", "")).lower()
+        _require(model == "r1pro", f"robot {model!r}: this fake models the R1 Pro only")
         self.name = config["name"]
         self.config = config
         controllers = config.get("controller_config") or {}
