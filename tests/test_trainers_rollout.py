@@ -87,12 +87,17 @@ def test_both_autoreset_modes_give_the_same_transitions():
     assert (~buffer.valid).sum().item() == 3 + 2  # episodes end at t=2, 6, 10 (env 0) and t=3, 8 (env 1)
 
 
-def test_episode_metrics_per_env():
-    _, _, collector = transitions(AutoresetMode.SAME_STEP, 12)
-    lengths = sorted(row["env/episode_len"] for row in collector.tracker.finished)
-    assert lengths == [3, 3, 3, 3, 4, 4, 4]
-    assert {row["env/success_once"] for row in collector.tracker.finished} == {1.0}
-    assert all(row["env/return"] == row["env/episode_len"] for row in collector.tracker.finished)
+@pytest.mark.parametrize("mode, lengths", [(AutoresetMode.SAME_STEP, [3, 3, 3, 3, 4, 4, 4]),
+                                           (AutoresetMode.NEXT_STEP, [3, 3, 3, 4, 4])])  # a reset step per end
+def test_episode_metrics_per_env(mode, lengths):
+    _, _, collector = transitions(mode, 12)
+    finished = collector.tracker.finished
+    assert sorted(episode.length for episode in finished) == lengths
+    assert {episode.success for episode in finished} == {True}
+    assert all(episode.episode_return == episode.length for episode in finished)
+    sums, counts = collector.tracker.pop()
+    assert sums["env/episode_len"] == sum(lengths) and counts["env/success_once"] == len(lengths)
+    assert collector.tracker.finished == []
 
 
 def test_bootstrap_needs_a_critic():

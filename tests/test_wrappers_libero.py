@@ -88,8 +88,6 @@ def test_shorter_chunk_and_errors(base):
         env.step(np.zeros(7))
     with pytest.raises(ValueError, match="1 <= k <= 4"):
         env.step(np.zeros((K + 1, 7)))
-    with pytest.raises(ValueError, match="TimeLimit"):
-        ActionChunk(gym.wrappers.TimeLimit(base, 5), K)
     with pytest.raises(ValueError, match="positive"):
         ActionChunk(base, 0)
 
@@ -97,6 +95,74 @@ def test_shorter_chunk_and_errors(base):
 def test_chunk_needs_a_vla_env():
     with pytest.raises(TypeError, match="VLAEnv"):
         ActionChunk(gym.make("CartPole-v1").unwrapped, K)
+
+
+class CountSteps(gym.Wrapper):
+    """A plain wrapper placed below ActionChunk: records every step it passes on and whether it was rendered."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.actions, self.observed = [], []
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.actions.append(np.asarray(action))
+        self.observed.append(info["observed"])
+        return obs, reward, terminated, truncated, info
+
+
+def test_wrapper_below_the_chunk_sees_every_sub_step_and_the_camera_renders_once(base):
+    actions = small_actions(2 * K, seed=2)
+    base.reset(seed=5)
+    by_hand = [base.step(action) for action in actions]      # every step rendered
+    counting = CountSteps(base)
+    env = ActionChunk(counting, K)
+    env.reset(seed=5)
+    calls = base.render_calls
+    for c in range(2):
+        obs, reward, terminated, truncated, info = env.step(actions[c * K:(c + 1) * K])
+        hand_obs, *_, hand_info = by_hand[(c + 1) * K - 1]
+        assert np.allclose(obs["state"], hand_obs["state"], atol=1e-6)
+        assert np.array_equal(obs["images"]["main"], hand_obs["images"]["main"])
+        assert reward == pytest.approx(sum(step[1] for step in by_hand[c * K:(c + 1) * K]))
+        assert info["elapsed_steps"] == hand_info["elapsed_steps"] == (c + 1) * K and not (terminated or truncated)
+    assert base.render_calls == calls + 2                     # one render per chunk
+    assert np.array_equal(np.stack(counting.actions), actions)
+    assert counting.observed == ([False] * (K - 1) + [True]) * 2
+
+
+def test_time_limit_below_the_chunk_counts_sub_steps(base):
+    counting = CountSteps(base)
+    env = ActionChunk(gym.wrappers.TimeLimit(counting, max_episode_steps=K + 2), K)
+    env.reset(seed=0)
+    env.step(small_actions(K))
+    calls = base.render_calls
+    obs, _, _, truncated, info = env.step(small_actions(K))  # TimeLimit ends it after 2 of the 4 sub-steps
+    assert truncated and info["chunk_steps"] == 2 and info["elapsed_steps"] == K + 2
+    assert counting.observed[-1] is False                     # the VLAEnv skipped that render ...
+    assert info["observed"] is True and base.render_calls == calls + 1  # ... so ActionChunk rendered once
+    assert np.array_equal(obs["images"]["wrist"], base.backend.render()["wrist"])  # fresh, not stale
+
+
+def test_fresh_final_observation_passes_through_observation_wrappers_below(base):
+    from vla_gym.video import resize_image
+
+    env = ActionChunk(gym.wrappers.TimeLimit(MultiCamera(base, cameras=["wrist"], size=32), K + 2), K)
+    env.reset(seed=0)
+    env.step(small_actions(K))
+    obs, _, _, truncated, _ = env.step(small_actions(K))
+    assert truncated and list(obs["images"]) == ["wrist"]
+    assert np.array_equal(obs["images"]["wrist"], resize_image(base.backend.render()["wrist"], (32, 32)))
+
+
+def test_wrapper_below_that_changes_observations_must_be_an_observation_wrapper(base):
+    class StateOnly(gym.Wrapper):
+        def __init__(self, env):
+            super().__init__(env)
+            self.observation_space = env.observation_space["state"]
+
+    with pytest.raises(ValueError, match="on top of ActionChunk"):
+        ActionChunk(StateOnly(base), K)
 
 
 # ------------------------------------------------------------------------------------ EpisodeMetrics

@@ -9,6 +9,11 @@ suite in a loop; N envs do it N at a time): a free env is reset with ``reset(see
 ..., "init_state_id": ...})`` through the vector env's ``reset_mask``. Episodes with the same options are
 reset in one call. GRPO uses the same runner with a ``recorder`` to keep each step's transitions.
 
+Episodes are counted by :class:`vla_gym.episodes.EpisodeCounter` (return, length in env steps, success at any
+step, task: the rules are :mod:`vla_gym.episodes`'); an :class:`EpisodeResult` is its
+:class:`~vla_gym.episodes.Episode` plus the spec it was played from and its video. :func:`summarize` applies
+:func:`vla_gym.episodes.summarize` overall and per task.
+
 Videos are composed from ``obs["images"]`` (:func:`vla_gym.video.video_frame`: cameras + instruction and
 status overlay) or, for envs without cameras, from ``render()`` (make the env with ``render_mode="rgb_array"``).
 """
@@ -26,10 +31,11 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv
+from vla_gym import episodes
+from vla_gym.episodes import Episode, EpisodeCounter
 from vla_gym.trainers.batch import to_torch
 from vla_gym.trainers.envs import autoreset_mode, env_attr
 from vla_gym.trainers.policies.base import Policy
-from vla_gym.trainers.rollout import _masked
 
 
 @dataclass(frozen=True)
@@ -44,15 +50,13 @@ class EpisodeSpec:
         return {k: v for k, v in (("task_id", self.task_id), ("init_state_id", self.init_state_id)) if v is not None}
 
 
-@dataclass
-class EpisodeResult:
-    index: int
-    spec: EpisodeSpec
-    success: bool | None  # None: the env does not report info["success"]
-    episode_return: float
-    length: int
-    task_id: int | None = None
-    task_name: str = ""
+@dataclass(frozen=True)
+class EpisodeResult(Episode):
+    """A played :class:`EpisodeSpec`: the :class:`~vla_gym.episodes.Episode` (``success`` None: the env does not
+    report ``info["success"]``), the spec's position ``index`` in the list given to ``run`` and its video."""
+
+    index: int = -1
+    spec: EpisodeSpec = EpisodeSpec()
     video: str | None = None
 
 
@@ -99,12 +103,11 @@ class EpisodeRunner:
         self.task_names = {task.index: task.name for task in tasks}
 
     # ------------------------------------------------------------------------------------ resetting
-    def _reset(self, assignments: dict[int, EpisodeSpec], first: bool, obs_np: Any) -> tuple[Any, dict]:
-        """Reset env i with ``assignments[i]``; one call per distinct options. Returns (obs, infos by env)."""
+    def _reset(self, assignments: dict[int, EpisodeSpec], first: bool, obs_np: Any) -> Any:
+        """Reset env i with ``assignments[i]``; one call per distinct options. Returns the observations."""
         groups: dict[tuple, list[int]] = collections.defaultdict(list)
         for i, spec in assignments.items():
             groups[tuple(sorted(spec.options().items()))].append(i)
-        infos_by_env: dict[int, dict] = {}
         for options_key, rows in groups.items():
             seeds = [assignments[i].seed if i in assignments else None for i in range(self.num_envs)]
             options = dict(options_key)
@@ -112,11 +115,9 @@ class EpisodeRunner:
                 mask = np.zeros(self.num_envs, dtype=bool)
                 mask[rows] = True
                 options["reset_mask"] = mask
-            obs_np, infos = self.envs.reset(seed=seeds, options=options)
-            for i in (range(self.num_envs) if first else rows):
-                infos_by_env[i] = {k: _plain(_masked(infos, k, i)) for k in ("task_id", "task_name", "init_state_id")}
+            obs_np, _ = self.envs.reset(seed=seeds, options=options)
             first = False
-        return obs_np, infos_by_env
+        return obs_np
 
     # ---------------------------------------------------------------------------------------- running
     @torch.no_grad()  # not inference_mode: in-process sims (ManiSkill) keep tensors made here
@@ -128,9 +129,7 @@ class EpisodeRunner:
         n = self.num_envs
         queue = collections.deque(range(len(specs)))
         job = np.full(n, -1)
-        returns, lengths, success = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
-        reports_success = False
-        meta: dict[int, dict] = {}
+        counter = EpisodeCounter(n, self.mode)
         frames: dict[int, list[np.ndarray]] = {}
         results: dict[int, EpisodeResult] = {}
         record_video = video_dir is not None and video_episodes > 0
@@ -145,13 +144,11 @@ class EpisodeRunner:
                 chosen = {i: chosen.get(i, EpisodeSpec()) for i in range(n)}
             if not chosen:
                 return obs_np
-            obs_np, infos = self._reset(chosen, first, obs_np)
+            obs_np = self._reset(chosen, first, obs_np)
+            counter.restart(chosen)
             for i in chosen:
-                if job[i] >= 0:
-                    returns[i], lengths[i], success[i] = 0.0, 0, False
-                    meta[job[i]] = infos[i]
-                    if record_video and job[i] < video_episodes:
-                        frames[job[i]] = [self._frame(_row(obs_np, i), i, 0, 0.0, 0.0, False)]
+                if record_video and 0 <= job[i] < video_episodes:
+                    frames[job[i]] = [self._frame(_row(obs_np, i), i, 0, 0.0, 0.0, False)]
             return obs_np
 
         obs_np = assign(range(n), True, None)
@@ -161,38 +158,31 @@ class EpisodeRunner:
             if recorder is not None:
                 recorder(obs, actions, log_probs, job.copy())
             obs_np, rewards, terminated, truncated, infos = self.envs.step(self.policy.env_actions(actions))
-            dones = terminated | truncated
-            final = infos.get("final_info") or {}
+            ended = {episode.env_index: episode for episode in counter.step(rewards, terminated, truncated, infos,
+                                                                             active=job >= 0)}
             freed = []
             for i in np.flatnonzero(job >= 0):
-                ended = bool(dones[i])
-                source = final if ended and self.mode == AutoresetMode.SAME_STEP else infos
-                returns[i] += float(rewards[i])
-                lengths[i] += int(_masked(source, "chunk_steps", i) or 1)
-                reported = _masked(source, "success", i)
-                reports_success |= reported is not None
-                success[i] |= bool(reported)
                 if job[i] in frames:
-                    last = infos["final_obs"][i] if ended and self.mode == AutoresetMode.SAME_STEP else _row(obs_np, i)
-                    frames[job[i]].append(self._frame(last, i, int(lengths[i]), float(rewards[i]),
-                                                      float(returns[i]), bool(success[i])))
-                if ended:
-                    info = meta.pop(job[i], {})
-                    result = EpisodeResult(
-                        index=int(job[i]), spec=specs[job[i]], success=bool(success[i]) if reports_success else None,
-                        episode_return=float(returns[i]), length=int(lengths[i]),
-                        task_id=info.get("task_id"), task_name=str(info.get("task_name") or
-                                                                    self.task_names.get(info.get("task_id"), "")),
-                    )
-                    if job[i] in frames:
-                        result.video = _write_video(frames.pop(job[i]), video_dir, f"{video_prefix}-{job[i]:04d}",
-                                                    self._fps())
-                    results[result.index] = result
+                    final = i in ended and self.mode == AutoresetMode.SAME_STEP
+                    last = infos[episodes.FINAL_OBS][i] if final else _row(obs_np, i)
+                    frames[job[i]].append(self._frame(last, i, int(counter.lengths[i]), float(rewards[i]),
+                                                      float(counter.returns[i]), bool(counter.success[i])))
+                if i in ended:
+                    results[int(job[i])] = self._result(ended[i], int(job[i]), specs[job[i]], frames.pop(job[i], None),
+                                                        video_dir, video_prefix)
                     job[i] = -1
                     freed.append(i)
             if freed and queue:
                 obs_np = assign(freed, False, obs_np)
         return [results[k] for k in sorted(results)]
+
+    def _result(self, episode: Episode, index: int, spec: EpisodeSpec, frames: list[np.ndarray] | None,
+                video_dir: str | os.PathLike | None, video_prefix: str) -> EpisodeResult:
+        task_id = episode.task_id if episode.task_id is not None else spec.task_id
+        video = _write_video(frames, video_dir, f"{video_prefix}-{index:04d}", self._fps()) if frames else None
+        return EpisodeResult(**dict(asdict(episode), task_id=task_id,
+                                    task_name=episode.task_name or self.task_names.get(task_id, "")),
+                             index=index, spec=spec, video=video)
 
     # ----------------------------------------------------------------------------------------- video
     def _frame(self, one: Any, i: int, step: int, reward: float, episode_return: float, success: bool):
@@ -209,11 +199,6 @@ class EpisodeRunner:
 
     def _fps(self) -> float:
         return float(self.envs.metadata.get("render_fps") or env_attr(self.envs, "metadata", {}).get("render_fps") or 20)
-
-
-def _plain(value: Any) -> Any:
-    """numpy scalars from batched infos -> Python (JSON-serialisable) values."""
-    return value.item() if isinstance(value, np.generic) else value
 
 
 def _row(obs: Any, i: int) -> Any:
@@ -239,15 +224,16 @@ def _write_video(frames: list[np.ndarray], directory: str | os.PathLike, name: s
 
 
 # ------------------------------------------------------------------------------------------- reports
-def summarize(results: Sequence[EpisodeResult]) -> dict[str, Any]:
-    """Overall and per-task success rate, mean return and mean length."""
-    def stats(rows: Sequence[EpisodeResult]) -> dict[str, float]:
-        reported = [r.success for r in rows if r.success is not None]
+def summarize(results: Sequence[Episode]) -> dict[str, Any]:
+    """Overall and per-task success rate, mean return and mean length (:func:`vla_gym.episodes.summarize`)."""
+    def stats(rows: Sequence[Episode]) -> dict[str, float]:
+        means = episodes.summarize(rows)
+        nan = float("nan")
         return {
             "episodes": len(rows),
-            "success_rate": float(np.mean(reported)) if reported else float("nan"),
-            "mean_return": float(np.mean([r.episode_return for r in rows])) if rows else float("nan"),
-            "mean_length": float(np.mean([r.length for r in rows])) if rows else float("nan"),
+            "success_rate": means.get(episodes.SUCCESS_ONCE, nan),
+            "mean_return": means.get(episodes.RETURN, nan),
+            "mean_length": means.get(episodes.LENGTH, nan),
         }
 
     by_task: dict[str, list[EpisodeResult]] = collections.defaultdict(list)

@@ -24,6 +24,7 @@ import warnings
 
 import numpy as np
 import torch
+from vla_gym.episodes import episode_sums
 from vla_gym.trainers.advantages import group_advantages
 from vla_gym.trainers.algorithm import OnPolicyAlgorithm
 from vla_gym.trainers.buffer import RolloutBuffer
@@ -121,16 +122,12 @@ class GRPO(OnPolicyAlgorithm):
             t = buffer.pos - 1
             buffer.advantages[t, valid] = advantages[jobs[valid]].to(self.device)
 
-        lengths = sum(r.length for r in results)
-        returns = sum(r.episode_return for r in results)
-        n = len(results)
-        sums = {"env/return": returns, "env/episode_len": lengths,
-                "env/reward": sum(r.episode_return / max(1, r.length) for r in results), "rollout/rewards": returns,
-                "rollout/score_mean": scores.sum().item(), "rollout/uniform_groups": uniform.float().sum().item()}
-        counts = dict.fromkeys(sums, n)
-        reported = [r.success for r in results if r.success is not None]
-        sums["env/success_once"], counts["env/success_once"] = float(sum(reported)), len(reported)
-        counts.update({"rollout/rewards": lengths, "rollout/uniform_groups": len(grouped)})
+        sums, counts = episode_sums(results, [task.name for task in self.tasks])  # env/... as PPO logs them
+        lengths, returns = sums["env/episode_len"], sums["env/return"]
+        sums.update({"rollout/rewards": returns, "rollout/score_mean": scores.sum().item(),
+                     "rollout/uniform_groups": uniform.float().sum().item()})
+        counts.update({"rollout/rewards": lengths, "rollout/score_mean": len(results),
+                       "rollout/uniform_groups": len(grouped)})
         valid_adv = buffer.advantages[buffer.valid]
         sums["rollout/advantages_mean"], counts["rollout/advantages_mean"] = valid_adv.sum().item(), valid_adv.numel()
         metrics = self.dist.weighted_mean(sums, counts)

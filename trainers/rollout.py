@@ -20,74 +20,38 @@ its success terminations, so that a dense-reward agent is not better off hoverin
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
+from vla_gym.episodes import Episode, EpisodeCounter, episode_sums
 from vla_gym.trainers.advantages import gae
 from vla_gym.trainers.batch import stack, to_torch
 from vla_gym.trainers.buffer import RolloutBuffer
-from vla_gym.trainers.envs import autoreset_mode
+from vla_gym.trainers.envs import autoreset_mode, env_attr
 from vla_gym.trainers.policies.base import Policy
-from vla_gym.wrappers.episode_metrics import finished_episodes
-
-EPISODE_KEYS = ("env/return", "env/episode_len", "env/success_once", "env/reward")
-
-
-def _masked(infos: dict, key: str, i: int) -> Any:
-    """``infos[key][i]`` of a vector-env info dict, or None when sub-env ``i`` did not report it."""
-    mask = infos.get(f"_{key}")
-    if key in infos and (mask is None or mask[i]):
-        return infos[key][i]
-    return None
 
 
 class EpisodeTracker:
-    """Per-env running return / length / success; finished episodes become metric rows.
+    """The episodes that ended during rollouts, until :meth:`pop` (counted by :class:`vla_gym.episodes.EpisodeCounter`).
 
-    When the env reports ``info["episode_metrics"]`` (vla_gym's EpisodeMetrics wrapper) at the last step
-    of an episode, its numbers win (they count the sub-steps of action chunks, for example).
+    ``pop()`` gives sums and counts of the ``env/...`` metrics and of ``env/success_once/<task>`` for every task of
+    the env's task list (the same keys on every rank, for ``Distributed.weighted_mean``).
     """
 
-    def __init__(self, num_envs: int):
-        self.returns = np.zeros(num_envs)
-        self.lengths = np.zeros(num_envs, dtype=np.int64)
-        self.success = np.zeros(num_envs, dtype=bool)
-        self.reports_success = False  # envs without info["success"] (CartPole) get no env/success_once
-        self.finished: list[dict[str, Any]] = []
+    def __init__(self, num_envs: int, mode: AutoresetMode = AutoresetMode.SAME_STEP, tasks: list[str] = ()):
+        self.counter = EpisodeCounter(num_envs, mode)
+        self.tasks = list(tasks)
+        self.finished: list[Episode] = []
 
-    def step(self, rewards: np.ndarray, dones: np.ndarray, valid: np.ndarray, infos: dict) -> None:
-        """Account one vector step (``infos`` as the vector env returned it, either autoreset mode)."""
-        self.returns += np.where(valid, rewards, 0.0)
-        self.lengths += valid
-        final = infos.get("final_info") or {}
-        reports_success = "success" in infos or "success" in final
-        self.reports_success |= reports_success
-        for i in np.flatnonzero(valid) if reports_success else ():
-            success = _masked(final, "success", i) if dones[i] and final else _masked(infos, "success", i)
-            self.success[i] |= bool(success)
-        reported = {row["env_index"]: row for row in finished_episodes(infos)}
-        for i in np.flatnonzero(dones & valid):
-            row = {
-                "env/return": float(self.returns[i]), "env/episode_len": int(self.lengths[i]),
-                "env/reward": float(self.returns[i] / max(1, self.lengths[i])),
-            }
-            if self.reports_success:
-                row["env/success_once"] = float(self.success[i])
-            row.update(reported.get(int(i), {}))
-            self.finished.append(row)
-            self.returns[i], self.lengths[i], self.success[i] = 0.0, 0, False
+    def step(self, rewards, terminated, truncated, infos: dict) -> np.ndarray:
+        """Account one vector step; returns which sub-envs' steps belong to an episode (NEXT_STEP: not the
+        reset-only step after an episode end)."""
+        self.finished += self.counter.step(rewards, terminated, truncated, infos)
+        return self.counter.counted
 
     def pop(self) -> tuple[dict[str, float], dict[str, float]]:
         """(sums, counts) of the metrics of the episodes finished since the last pop."""
-        sums = {k: 0.0 for k in EPISODE_KEYS}
-        counts = {k: 0.0 for k in EPISODE_KEYS}
-        for row in self.finished:
-            for key in EPISODE_KEYS:
-                if key in row:
-                    sums[key] += float(row[key])
-                    counts[key] += 1
+        sums, counts = episode_sums(self.finished, self.tasks)
         self.finished = []
         return sums, counts
 
@@ -102,15 +66,17 @@ class RolloutCollector:
         self.bootstrap_terminated = bootstrap_terminated
         self.mode = autoreset_mode(envs)
         self.device = buffer.device
-        self.tracker = EpisodeTracker(envs.num_envs)
+        self.task_names = [task.name for task in env_attr(envs, "tasks") or []]
+        self.tracker = self._new_tracker()
         self.obs = None
-        self.prev_done = np.zeros(envs.num_envs, dtype=bool)
+
+    def _new_tracker(self) -> EpisodeTracker:
+        return EpisodeTracker(self.envs.num_envs, self.mode, self.task_names)
 
     def reset(self, seeds: list[int]) -> None:
         obs, _ = self.envs.reset(seed=seeds)
         self.obs = to_torch(obs, self.device)
-        self.prev_done[:] = False
-        self.tracker = EpisodeTracker(self.envs.num_envs)
+        self.tracker = self._new_tracker()
 
     @torch.no_grad()  # not inference_mode: in-process sims (ManiSkill) keep tensors made here
     def collect(self) -> dict[str, float]:
@@ -129,7 +95,7 @@ class RolloutCollector:
                 buffer.rewards[t - 1, rows] += gamma * values[rows.to(values.device)].to(buffer.device)
             next_obs, rewards, terminated, truncated, infos = self.envs.step(policy.env_actions(actions))
             dones = terminated | truncated
-            valid = ~self.prev_done if next_step else np.ones_like(dones)
+            valid = self.tracker.step(rewards, terminated, truncated, infos)
             step_rewards = torch.as_tensor(rewards, dtype=torch.float32)
             bootstrap = dones if self.bootstrap_terminated else truncated & ~terminated
             if not next_step and bootstrap.any():
@@ -138,13 +104,11 @@ class RolloutCollector:
                 step_rewards[rows] += gamma * policy.value(final_obs).float().cpu()
             buffer.add(self.obs, actions, log_probs, values, step_rewards, dones, valid)
 
-            self.tracker.step(np.asarray(rewards, dtype=np.float64), dones, valid, infos)
             reward_sum += float(np.asarray(rewards)[valid].sum())
             reward_count += int(valid.sum())
 
             self.obs = to_torch(next_obs, self.device)
             if next_step:
-                self.prev_done = dones
                 pending = bootstrap
         last_values = policy.value(self.obs).float()
         if pending.any():

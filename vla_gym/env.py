@@ -16,10 +16,13 @@ A :class:`~vla_gym.backends.base.Backend` owns the simulator.
 ``reset(options=...)`` accepts ``task_id`` and ``init_state_id`` to pin one episode (evaluation
 loops, GRPO groups). ``step(action, observe=False)`` on the unwrapped env advances the physics
 without rendering the cameras; the returned images are then the last rendered ones and
-``info['observed']`` is False. The action-chunk wrapper uses it for all but the last sub-step.
+``info['observed']`` is False. The same through any wrappers: steps taken inside
+``with env.unwrapped.skip_rendering():`` render nothing; the action-chunk wrapper steps all but the last
+sub-step of a chunk that way.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Sequence
 
 import gymnasium as gym
@@ -71,6 +74,7 @@ class VLAEnv(gym.Env):
         self._images: dict[str, np.ndarray] | None = None
         self._elapsed = 0
         self._max_steps = 0
+        self._render_paused = 0  # > 0 inside skip_rendering()
 
     # ----------------------------------------------------------------------------------- gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -108,10 +112,28 @@ class VLAEnv(gym.Env):
         action = schema.check_action(action, self.backend.action_dim)
         reward, success = self.backend.step(action)
         self._elapsed += 1
+        observe = observe and not self._render_paused
         if observe:
             self._images = self.backend.render()
         truncated = self._elapsed >= self._max_steps
         return self._observation(), float(reward), bool(success), truncated, self._info(success, observe)
+
+    @contextlib.contextmanager
+    def skip_rendering(self):
+        """Steps taken inside the block, through whatever wrappers, advance the physics without rendering.
+
+        Their observations keep the last rendered images and their ``info["observed"]`` is False; ``reset()``
+        and :meth:`observe` still render. A wrapper that steps the env several times per step (ActionChunk)
+        reaches the flag through ``env.unwrapped``, so every wrapper in between still sees every step::
+
+            with env.unwrapped.skip_rendering():
+                obs, reward, terminated, truncated, info = env.step(action)   # info["observed"] is False
+        """
+        self._render_paused += 1
+        try:
+            yield self
+        finally:
+            self._render_paused -= 1
 
     def observe(self) -> dict[str, Any]:
         """Render the cameras now and return the observation (e.g. after ``step(..., observe=False)``)."""

@@ -7,9 +7,9 @@
     >>> obs, reward, terminated, truncated, info = env.step(chunk)   # chunk: (8, 7)  # doctest: +SKIP
     >>> info["chunk_steps"], info["chunk_rewards"]        # 8, array of 8 per-step rewards  # doctest: +SKIP
 
-A step runs the actions in order and stops early when a sub-step terminates or truncates. It returns
-the observation after the last executed action, the summed reward, that sub-step's ``terminated`` /
-``truncated`` / info, plus
+A step runs the actions in order, each through ``self.env.step`` (so every wrapper below ActionChunk sees
+every sub-step), and stops early when a sub-step terminates or truncates. It returns the observation after
+the last executed action, the summed reward, that sub-step's ``terminated`` / ``truncated`` / info, plus
 
 - ``info["chunk_steps"]``: how many actions ran (1..K),
 - ``info["chunk_rewards"]``: float64 array of shape (K,): per-step rewards, zero after ``chunk_steps``
@@ -17,48 +17,42 @@ the observation after the last executed action, the summed reward, that sub-step
 
 A chunk shorter than ``K`` (shape ``(k, action_dim)``, ``1 <= k <= K``) is accepted and runs ``k`` steps.
 
-Speed: every sub-step but the last calls ``VLAEnv.step(action, observe=False)``, which advances
-the physics without rendering; rendering is most of a step's cost (LIBERO: see
-``docs/wrappers.md`` for the measured speed-up). If a sub-step ends the episode early, the cameras
-are rendered once for the returned observation.
+How the renders are skipped: every sub-step but the last is taken inside
+``with env.unwrapped.skip_rendering():`` (:meth:`vla_gym.env.VLAEnv.skip_rendering`), a flag on the
+``VLAEnv`` at the bottom of the stack. The step call itself travels through the wrappers in between as
+usual; the VLAEnv advances the physics without rendering, returns the last rendered images and sets
+``info["observed"] = False``, which the wrappers in between can read (a wrapper below ActionChunk that looks
+at images should skip such steps). Rendering is most of a step's cost (LIBERO: see ``docs/wrappers.md``
+for the measured speed-up).
 
-Placement: ActionChunk must sit directly on the ``VLAEnv`` (the wrappers ``gym.make`` adds,
-``OrderEnforcing`` and ``PassiveEnvChecker``, may sit between: they only check the call order and
-are skipped for sub-steps). Other wrappers go above it; a wrapper below it would see only some of the
-sub-steps, so that raises a ``ValueError``. ``gym.make(id, max_episode_steps=N)`` adds gymnasium's
-``TimeLimit`` below, which would count chunks (the VLAEnv already enforces each task's limit per
-env step). ``metadata["render_fps"]`` is divided by ``K`` (one observation per chunk), so videos
-recorded above it play in real time.
+If the chunk ends early on a skipped sub-step (the episode ended, e.g. a ``TimeLimit`` below ActionChunk
+truncated it), the cameras are rendered once with ``VLAEnv.observe()`` and the fresh observation is passed
+up through the ``gym.ObservationWrapper`` layers in between, so the chunk still renders exactly once. A
+wrapper below ActionChunk that changes the observation space without being an ``ObservationWrapper``
+could not be replayed that way, so it is refused (put it above ActionChunk).
+
+Placement: anywhere above the ``VLAEnv``. ``gym.make(id, max_episode_steps=N)``'s ``TimeLimit`` below it
+counts env steps (sub-steps), like the VLAEnv's own per-task limit. ``metadata["render_fps"]`` is divided by
+``K`` (one observation per chunk), so videos recorded above it play in real time.
 """
 from __future__ import annotations
+
+import contextlib
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker
 
 from vla_gym.env import VLAEnv
 
-#: wrappers allowed between ActionChunk and the VLAEnv: they only check call order and types
-PASS_THROUGH_WRAPPERS = (OrderEnforcing, PassiveEnvChecker)
 
-
-def base_vla_env(env: gym.Env, wrapper_name: str) -> VLAEnv:
-    """The VLAEnv under ``env``, checking that only pass-through wrappers lie in between."""
-    layer = env
-    while isinstance(layer, gym.Wrapper):
-        if not isinstance(layer, PASS_THROUGH_WRAPPERS):
-            raise ValueError(
-                f"{wrapper_name} must sit directly on the VLAEnv, but {type(layer).__name__} is below it: "
-                f"apply {type(layer).__name__} on top of {wrapper_name} instead"
-                + (" (gym.make(..., max_episode_steps=N) adds TimeLimit; use vla_gym.make(..., max_episode_steps=N), "
-                   "which sets the VLAEnv's own limit)" if isinstance(layer, gym.wrappers.TimeLimit) else "")
-            )
-        layer = layer.env
-    if not isinstance(layer, VLAEnv):
-        raise TypeError(f"{wrapper_name} needs a vla_gym VLAEnv underneath (step(action, observe=False)), "
-                        f"got {type(layer).__name__}")
-    return layer
+def wrappers_between(env: gym.Env) -> list[gym.Wrapper]:
+    """The wrappers of ``env`` down to the unwrapped env, innermost first."""
+    layers = []
+    while isinstance(env, gym.Wrapper):
+        layers.append(env)
+        env = env.env
+    return layers[::-1]
 
 
 class ActionChunk(gym.Wrapper):
@@ -68,7 +62,20 @@ class ActionChunk(gym.Wrapper):
         super().__init__(env)
         if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-        self.base = base_vla_env(env, "ActionChunk")
+        if not isinstance(env.unwrapped, VLAEnv):
+            raise TypeError(f"ActionChunk needs a vla_gym VLAEnv at the bottom of the stack (it skips renders "
+                            f"with VLAEnv.skip_rendering()), got {type(env.unwrapped).__name__}")
+        self.vla_env: VLAEnv = env.unwrapped
+        self.observation_layers = []  # ObservationWrappers between, innermost first: replayed on a fresh observation
+        for layer in wrappers_between(env):
+            if isinstance(layer, gym.ObservationWrapper):
+                self.observation_layers.append(layer)
+            elif getattr(layer, "_observation_space", None) is not None:
+                raise ValueError(
+                    f"{type(layer).__name__} below ActionChunk changes the observation space without being a "
+                    "gymnasium ObservationWrapper, so ActionChunk could not refresh a skipped observation through "
+                    f"it: apply {type(layer).__name__} on top of ActionChunk instead"
+                )
         self.chunk_size = int(chunk_size)
         single = env.action_space
         self.action_dim = single.shape[0]
@@ -94,13 +101,21 @@ class ActionChunk(gym.Wrapper):
         rewards = np.zeros(self.chunk_size, dtype=np.float64)
         last = len(chunk) - 1
         for index, action in enumerate(chunk):
-            obs, reward, terminated, truncated, info = self.base.step(action, observe=index == last)
+            with self.vla_env.skip_rendering() if index < last else contextlib.nullcontext():
+                obs, reward, terminated, truncated, info = self.env.step(action)
             rewards[index] = reward
             if terminated or truncated:
                 break
-        if not info["observed"]:  # the episode ended on an unobserved sub-step
-            obs = self.base.observe()
+        if info.get("observed") is False:  # the episode ended on a skipped sub-step
+            obs = self._fresh_observation()
             info["observed"] = True
         info["chunk_steps"] = index + 1
         info["chunk_rewards"] = rewards
         return obs, float(rewards.sum()), terminated, truncated, info
+
+    def _fresh_observation(self):
+        """Render now and pass the observation up through the ObservationWrappers below ActionChunk."""
+        obs = self.vla_env.observe()
+        for layer in self.observation_layers:
+            obs = layer.observation(obs)
+        return obs

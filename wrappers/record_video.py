@@ -7,7 +7,8 @@
 Frames are built from ``obs["images"]`` as the env returns them, so nothing is rendered twice: one
 frame after reset and one per step (per chunk above :class:`~vla_gym.wrappers.ActionChunk`, whose
 ``render_fps`` is divided by K so the video plays in real time). The frame layout and overlay
-(instruction, step, reward, return, success) are described in :mod:`vla_gym.video`: main camera
+(instruction, step, reward, return, success; return and success counted by
+:class:`vla_gym.episodes.EpisodeCounter`) are described in :mod:`vla_gym.video`: main camera
 448x448 on the right, other cameras 224x224 stacked on the left, 448x672 for one or two wrists.
 
 Files are ``{video_folder}/{name_prefix}[-env{env_index}]-{episode:05d}.mp4``, episodes counted from 0
@@ -27,6 +28,7 @@ import os
 
 import gymnasium as gym
 
+from vla_gym.episodes import EpisodeCounter
 from vla_gym.video import MAIN_SIZE, SIDE_SIZE, video_frame
 
 
@@ -56,14 +58,14 @@ class RecordEpisodeVideo(gym.Wrapper):
         self.last_video_path: str | None = None
         self._writer = None
         self._temp_path = self._final_path = None
-        self._return, self._success = 0.0, False
+        self.counter = EpisodeCounter(num_envs=1)  # the overlay's running return and success
 
     # ------------------------------------------------------------------------------------- gym API
     def reset(self, **kwargs):
         self._finish()
         obs, info = self.env.reset(**kwargs)
         self.episode_index += 1
-        self._return, self._success = 0.0, False
+        self.counter.restart()
         if self.episode_index % self.every_n_episodes == 0:
             self._start()
             self._add_frame(obs, step=0, reward=0.0)
@@ -71,8 +73,7 @@ class RecordEpisodeVideo(gym.Wrapper):
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self._return += float(reward)
-        self._success = self._success or bool(info.get("success", False))
+        self.counter.step(reward, terminated, truncated, info)
         if self._writer is not None:
             self._add_frame(obs, step=info.get("elapsed_steps", -1), reward=float(reward))
             if terminated or truncated:
@@ -95,7 +96,8 @@ class RecordEpisodeVideo(gym.Wrapper):
 
     def _add_frame(self, obs, step: int, reward: float) -> None:
         frame = video_frame(obs["images"], instruction=str(obs.get("instruction", "")), step=step, reward=reward,
-                            episode_return=self._return, success=self._success, overlay=self.overlay,
+                            episode_return=float(self.counter.returns[0]), success=bool(self.counter.success[0]),
+                            overlay=self.overlay,
                             main_size=self.main_size, side_size=self.side_size)
         self._writer.append_data(frame)
 
