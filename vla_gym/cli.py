@@ -3,6 +3,7 @@
     vla-gym list                  # every registered id, its backend, suite size, importable here?
     vla-gym list --backend libero
     vla-gym check                 # are the rendering system packages there?
+    vla-gym demos VLA/LiberoObject-v0 --episodes-per-task 20 --out data/x --workers 2   # expert demos (LeRobot v3)
 """
 from __future__ import annotations
 
@@ -41,7 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     list_parser = sub.add_parser("list", help="list registered env ids")
     list_parser.add_argument("--backend", help="only this backend (libero, maniskill, behavior)")
     sub.add_parser("check", help="check the system packages headless rendering needs")
+    from vla_gym import record_demos
+
+    record_demos.add_arguments(sub.add_parser("demos", help="record scripted-expert episodes as a LeRobot v3 dataset"))
     args = parser.parse_args(argv)
+    if args.command == "demos":
+        return record_demos.main(args)
     if args.command == "list":
         return list_envs(args.backend)
     from vla_gym import system

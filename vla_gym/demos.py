@@ -1,18 +1,25 @@
-"""Demonstrations without a motion planner: scripted experts that read ManiSkill's privileged state.
+"""Scripted experts that read the simulator's privileged state, and recording their episodes.
 
-    >>> from vla_gym.demos import collect_demos
-    >>> demos = collect_demos("VLA/ManiSkill-PushCube-v0", episodes=20, seed=0, image_size=128)   # doctest: +SKIP
-    >>> demos["images"]["main"].shape, demos["actions"].shape, demos["success_rate"]             # doctest: +SKIP
-    ((812, 128, 128, 3), (812, 7), 1.0)
+    >>> import gymnasium as gym, vla_gym
+    >>> from vla_gym.demos import record_episode
+    >>> env = gym.make("VLA/ManiSkill-PushCube-v0", cameras=["main"], image_size=64)     # doctest: +SKIP
+    >>> episode = record_episode(env, seed=0)                                              # doctest: +SKIP
+    >>> len(episode), episode.succeeded, episode.images["main"][0].shape                   # doctest: +SKIP
+    (31, True, (64, 64, 3))
 
-The expert acts on the simulator's true object and goal poses (the policy it teaches only sees the
-cameras, its proprioception and the instruction). It is a memoryless function of that state, so a
-policy can imitate it from what it observes. ``noise`` executes the expert's action plus Gaussian noise
-while recording the clean expert action as the label (DART): the demos then cover the small mistakes
-a cloned policy makes, and behaviour cloning drifts less. Only successful episodes are kept.
+:func:`expert_for` gives, after ``env.reset()``, a per-episode expert: a callable that returns the next 7-D
+action (vla_gym's convention, gripper +1 closed) from the simulator's true object and goal poses. The policy
+it teaches only sees the cameras, its proprioception and the instruction.
 
-Experts: ``PushCube`` (``pd_ee_delta_pose``: go behind the cube, lower, push it along +x to the goal).
-ManiSkill's own motion-planning solutions need ``mplib``, which crashes with numpy 2 (see FACTS).
+- ManiSkill ``PushCube`` (``pd_ee_delta_pose``): go behind the cube, lower, push it along +x to the goal
+  (:func:`push_cube_expert`, memoryless). ManiSkill's own motion-planning solutions need ``mplib``, which
+  crashes with numpy 2, hence this expert.
+- LIBERO: :func:`vla_gym.libero_experts.libero_expert` (pick-and-place state machines on the BDDL goal).
+
+``noise`` executes the expert's action plus Gaussian noise while recording the clean expert action as the
+label (DART): the demos then cover the small mistakes a cloned policy makes, and behaviour cloning drifts
+less. ``vla-gym demos`` (:mod:`vla_gym.record_demos`) records many episodes in parallel into a LeRobot v3
+dataset; :func:`collect_demos` returns a few in memory.
 """
 from __future__ import annotations
 
@@ -20,6 +27,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from vla_gym.backends.base import TaskSpec
+from vla_gym.dataset import RecordedEpisode
 
 #: pd_ee_delta_pose maps action 1.0 to this many metres of end-effector motion per step
 EE_DELTA_SCALE = 0.1
@@ -57,24 +67,88 @@ def push_cube_expert(ms_env) -> np.ndarray:
     return action
 
 
-EXPERTS: dict[str, Callable[[Any], np.ndarray]] = {"PushCube": push_cube_expert}
+#: ManiSkill task name -> memoryless expert of the unwrapped ManiSkill env
+MANISKILL_EXPERTS: dict[str, Callable[[Any], np.ndarray]] = {"PushCube": push_cube_expert}
 
 
-def expert_for(env) -> Callable[[Any], np.ndarray]:
-    """The scripted expert of the env's current task (raises naming the tasks that have one)."""
-    task = env.unwrapped.task.name
-    if task not in EXPERTS:
-        raise KeyError(f"no scripted expert for task {task!r}; experts exist for {sorted(EXPERTS)}")
-    return EXPERTS[task]
+def _libero_supported() -> frozenset:
+    try:
+        from vla_gym.libero_experts import SUPPORTED
+    except ImportError:
+        return frozenset()
+    return SUPPORTED
+
+
+def has_expert(task: TaskSpec) -> bool:
+    """Whether :func:`expert_for` has an expert for ``task`` (no simulator needed)."""
+    if task.name in MANISKILL_EXPERTS and "maniskill_id" in task.extra:
+        return True
+    return (task.suite, task.name) in _libero_supported()
+
+
+def expert_for(env) -> Callable[[], np.ndarray]:
+    """After ``env.reset()``: the scripted expert of the env's current task for this episode.
+
+    Each call returns the next 7-D action. Raises KeyError naming the tasks that have an expert.
+    """
+    task = env.unwrapped.task
+    if task is None:
+        raise RuntimeError("call env.reset() before expert_for(env)")
+    if getattr(getattr(env.unwrapped, "backend", None), "maniskill_env", None) is not None:
+        if task.name not in MANISKILL_EXPERTS:
+            raise KeyError(f"no scripted expert for ManiSkill task {task.name!r}; experts exist for "
+                           f"{sorted(MANISKILL_EXPERTS)}")
+        ms_env, expert = maniskill_env(env), MANISKILL_EXPERTS[task.name]
+        return lambda: expert(ms_env)
+    if task.suite.startswith("libero"):
+        from vla_gym.libero_experts import libero_expert
+
+        return libero_expert(env)
+    raise KeyError(f"no scripted expert for {task.suite}/{task.name}: experts exist for ManiSkill "
+                   f"{sorted(MANISKILL_EXPERTS)} and the LIBERO tasks in vla_gym.libero_experts.SUPPORTED")
+
+
+def record_episode(env, seed: int | None = None, task_id: int | None = None, init_state_id: int | None = None,
+                   noise: float = 0.0, rng: np.random.Generator | None = None) -> RecordedEpisode:
+    """Run the expert for one episode from ``reset(seed, options={task_id, init_state_id})``.
+
+    Frame t holds the observation before action t; the episode ends on success or at the step limit.
+    ``noise`` (DART) perturbs the executed actions of non-zero expert dimensions, never the labels.
+    """
+    options = {k: v for k, v in (("task_id", task_id), ("init_state_id", init_state_id)) if v is not None}
+    rng = rng if rng is not None else np.random.default_rng(seed)
+    obs, info = env.reset(seed=seed, options=options)
+    expert = expert_for(env)
+    images: dict[str, list[np.ndarray]] = {role: [] for role in obs.get("images", {})}
+    states, actions, rewards, successes = [], [], [], []
+    done = False
+    while not done:
+        action = np.asarray(expert(), dtype=np.float64)
+        for role in images:
+            images[role].append(np.asarray(obs["images"][role]))
+        states.append(np.asarray(obs["state"], dtype=np.float32))
+        actions.append(action.astype(np.float32))
+        executed = np.clip(action + noise * rng.standard_normal(action.shape) * (action != 0), -1, 1) if noise \
+            else action
+        obs, reward, terminated, truncated, info = env.step(executed.astype(np.float32))
+        rewards.append(float(reward))
+        successes.append(bool(info.get("success", False)))
+        done = terminated or truncated or successes[-1]
+    return RecordedEpisode(
+        images=images, state=np.stack(states), action=np.stack(actions), reward=np.asarray(rewards, np.float32),
+        success=np.asarray(successes), instruction=str(obs["instruction"]), task_id=int(info["task_id"]),
+        task_name=str(info["task_name"]), init_state_id=info.get("init_state_id"), seed=seed,
+    )
 
 
 def collect_demos(env_id: str = "VLA/ManiSkill-PushCube-v0", episodes: int = 20, seed: int = 0,
                   noise: float = 0.3, max_attempts: int | None = None, **env_kwargs) -> dict[str, Any]:
-    """Run the expert for ``episodes`` successful episodes; returns stacked per-step arrays.
+    """Run the expert for ``episodes`` successful episodes in this process; returns stacked per-step arrays.
 
     Keys: ``images`` (role -> uint8 ``[N, H, W, 3]``), ``state`` ``[N, D]``, ``instruction`` (list of N),
     ``actions`` ``[N, A]`` (clean expert labels), ``episode`` ``[N]`` (index of the kept episode),
-    ``success_rate`` (kept / attempted) and ``seeds`` (the reset seeds of the kept episodes).
+    ``success_rate`` (kept / attempted) and ``seeds`` (the reset seeds of the kept episodes). For datasets on
+    disk (parallel, resumable, LeRobot v3) use ``vla-gym demos`` instead.
     """
     import gymnasium as gym
 
@@ -82,40 +156,24 @@ def collect_demos(env_id: str = "VLA/ManiSkill-PushCube-v0", episodes: int = 20,
 
     env = gym.make(env_id, **env_kwargs)
     rng = np.random.default_rng(seed)
-    rows: dict[str, list] = {"images": [], "state": [], "instruction": [], "actions": [], "episode": []}
-    kept_seeds, attempts = [], 0
+    kept: list[RecordedEpisode] = []
+    attempts = 0
     try:
-        while len(kept_seeds) < episodes and attempts < (max_attempts or 3 * episodes):
-            episode_seed = seed + attempts
+        while len(kept) < episodes and attempts < (max_attempts or 3 * episodes):
+            episode = record_episode(env, seed=seed + attempts, noise=noise, rng=rng)
             attempts += 1
-            obs, info = env.reset(seed=episode_seed)
-            expert, ms_env = expert_for(env), maniskill_env(env)
-            steps, done, success = [], False, False
-            while not done:
-                action = expert(ms_env)
-                steps.append((obs, action))
-                executed = np.clip(action + noise * rng.standard_normal(action.shape) * (action != 0), -1, 1)
-                obs, _, terminated, truncated, info = env.step(executed.astype(np.float32))
-                success |= bool(info.get("success", False))
-                done = terminated or truncated or success
-            if success:
-                for obs_t, action_t in steps:
-                    rows["images"].append(obs_t["images"])
-                    rows["state"].append(obs_t["state"])
-                    rows["instruction"].append(obs_t["instruction"])
-                    rows["actions"].append(action_t)
-                    rows["episode"].append(len(kept_seeds))
-                kept_seeds.append(episode_seed)
+            if episode.succeeded:
+                kept.append(episode)
     finally:
         env.close()
-    if not kept_seeds:
+    if not kept:
         raise RuntimeError(f"the expert solved none of {attempts} episodes of {env_id}")
     return {
-        "images": {role: np.stack([im[role] for im in rows["images"]]) for role in rows["images"][0]},
-        "state": np.stack(rows["state"]).astype(np.float32),
-        "instruction": rows["instruction"],
-        "actions": np.stack(rows["actions"]).astype(np.float32),
-        "episode": np.asarray(rows["episode"]),
-        "success_rate": len(kept_seeds) / attempts,
-        "seeds": kept_seeds,
+        "images": {role: np.concatenate([np.stack(e.images[role]) for e in kept]) for role in kept[0].images},
+        "state": np.concatenate([e.state for e in kept]).astype(np.float32),
+        "instruction": [e.instruction for e in kept for _ in range(len(e))],
+        "actions": np.concatenate([e.action for e in kept]).astype(np.float32),
+        "episode": np.concatenate([np.full(len(e), k) for k, e in enumerate(kept)]),
+        "success_rate": len(kept) / attempts,
+        "seeds": [e.seed for e in kept],
     }
