@@ -113,7 +113,7 @@ def test_resume_restores_model_optimizer_counters_and_rng(tmp_path):
                             "run_dir": str(tmp_path), "name": "r", "logging": {"progress_bar": False},
                             "checkpoint": {"every": 1, "resume": "auto"}, "eval": {"episodes": 0, "every": 1}})
     first = PPO.from_config(cfg).learn(64)
-    assert first._eval_envs is None and first.last_eval is None  # eval.episodes=0: no evaluation, no eval envs
+    assert first.evaluator.envs is None and first.last_eval is None  # eval.episodes=0: no evaluation, no eval envs
     first_rng = (torch.rand(3), first.generator.get_state())
     first.close()
     resumed = PPO.from_config(cfg)
@@ -123,6 +123,31 @@ def test_resume_restores_model_optimizer_counters_and_rng(tmp_path):
     for key, value in first.policy.state_dict().items():
         assert torch.equal(value, resumed.policy.state_dict()[key])
     assert torch.equal(torch.rand(3), first_rng[0]) and torch.equal(resumed.generator.get_state(), first_rng[1])
+    resumed.close()
+
+
+def test_resume_falls_back_past_an_unreadable_checkpoint(tmp_path, capsys):
+    from vla_gym.trainers.eval import main as eval_main
+
+    cfg = config_from_dict({"env": {"num_envs": 2}, "ppo": {"n_steps": 16, "batch_size": 32, "n_epochs": 1},
+                            "run_dir": str(tmp_path), "name": "t", "logging": {"progress_bar": False},
+                            "checkpoint": {"every": 1, "resume": "auto"}, "eval": {"episodes": 0}})
+    PPO.from_config(cfg).learn(96).close()
+    checkpoints = tmp_path / "t" / "checkpoints"
+    newest = checkpoints / "ckpt_00000003.pt"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # cut short, as by a full disk
+    capsys.readouterr()
+
+    assert eval_main(["--checkpoint", str(newest)]) == 2  # the evaluation CLI names the file, no traceback
+    assert f"--checkpoint: cannot read checkpoint {newest} (truncated or corrupted?)" in capsys.readouterr().err
+
+    resumed = PPO.from_config(cfg).learn(128)
+    out = capsys.readouterr().out
+    assert f"cannot read checkpoint {newest}" in out and "failed finding central directory" in out
+    assert f"resuming from {checkpoints / 'ckpt_00000002.pt'}, the newest checkpoint that reads" in out
+    assert f"resumed from {checkpoints / 'ckpt_00000002.pt'} at update 2, 64 env steps" in out
+    assert (resumed.num_updates, resumed.num_timesteps) == (4, 128)
+    assert load_checkpoint(newest)["counters"]["num_updates"] == 3  # written again, whole this time
     resumed.close()
 
 

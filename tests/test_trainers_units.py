@@ -11,6 +11,7 @@ from vla_gym.trainers.batch import ObsStorage, index, stack, to_torch
 from vla_gym.trainers.buffer import RolloutBuffer
 from vla_gym.trainers.checkpoint import (
     Checkpointer,
+    CheckpointError,
     load_checkpoint,
     rng_state,
     set_rng_state,
@@ -254,6 +255,29 @@ def test_buffer_minibatches_cover_valid_rows_once():
     assert len(weights) == 20 and weights.count(0.0) == 9
 
 
+def test_buffer_writes_its_own_advantages():
+    """The buffer is the only writer of its tensors: GAE, bootstraps and GRPO's advantages go through it."""
+    rng = torch.Generator().manual_seed(0)
+    buffer = RolloutBuffer(5, 2)
+    rewards, values = torch.rand(5, 2, generator=rng), torch.rand(5, 2, generator=rng)
+    dones = torch.tensor([[False, False], [True, False], [False, False], [False, True], [False, False]])
+    for t in range(5):
+        buffer.add(torch.zeros(2, 1), torch.zeros(2), torch.zeros(2), values[t], rewards[t], dones[t], None)
+    buffer.bootstrap(1, torch.tensor([False, True]), torch.tensor([0.5]))  # a truncation reported a step late
+    rewards[1, 1] += 0.5
+    last = torch.rand(2, generator=rng)
+    buffer.compute_gae(last, gamma=0.9, gae_lambda=0.8)
+    advantages, returns = gae(rewards, values, dones, last, 0.9, 0.8)
+    assert torch.equal(buffer.advantages, advantages) and torch.equal(buffer.returns, returns)
+
+    buffer.reset()  # GRPO: advantages given per step; left-out fields are zero, rows valid unless said
+    for t in range(5):
+        buffer.add(torch.zeros(2, 1), torch.zeros(2), torch.zeros(2), valid=torch.tensor([True, t < 2]),
+                   advantages=torch.tensor([1.0, -1.0]))
+    assert buffer.advantages[:, 0].tolist() == [1.0] * 5 and not buffer.rewards.any() and not buffer.dones.any()
+    assert buffer.valid[:, 1].tolist() == [True, True, False, False, False] and not buffer.values.any()
+
+
 # ------------------------------------------------------------------------------------------- config
 def test_config_overrides_and_validation(tmp_path):
     path = tmp_path / "c.yaml"
@@ -298,6 +322,26 @@ def test_checkpointer_keeps_last_n_and_ignores_partial_files(tmp_path):
     assert [p.name for p in ckpt.paths()] == ["ckpt_00000002.pt", "ckpt_00000003.pt"]
     assert load_checkpoint(ckpt.latest())["update"] == 3
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_an_unreadable_checkpoint_is_named_and_skipped(tmp_path):
+    ckpt = Checkpointer(tmp_path, keep_last=5)
+    for update in (1, 2, 3):
+        ckpt.save({"update": update}, update)
+    newest = ckpt.latest()
+    newest.write_bytes(newest.read_bytes()[:200])  # cut short, as by a full disk
+    (tmp_path / "ckpt_00000002.pt").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="cannot read checkpoint .*ckpt_00000003.pt .*central directory"):
+        load_checkpoint(newest)
+    path, state, skipped = ckpt.load_newest_readable()
+    assert path.name == "ckpt_00000001.pt" and state == {"update": 1}
+    assert [str(e).split()[3] for e in skipped] == [str(newest), str(tmp_path / "ckpt_00000002.pt")]
+    (tmp_path / "ckpt_00000001.pt").write_bytes(b"not a checkpoint at all")
+    with pytest.raises(CheckpointError, match="none of the 3 checkpoints .* checkpoint.resume=false"):
+        ckpt.load_newest_readable()
+    with pytest.raises(FileNotFoundError, match="no checkpoint file"):
+        load_checkpoint(tmp_path / "missing.pt")
+    assert Checkpointer(tmp_path / "empty").load_newest_readable() is None
 
 
 def test_rng_state_round_trip():

@@ -3,23 +3,34 @@
     ckpt = Checkpointer(run_path / "checkpoints", keep_last=3)
     path = ckpt.save(state, update=40)            # writes ckpt_00000040.pt.tmp, fsyncs, renames
     state = load_checkpoint(ckpt.latest())        # or None when there is none
+    found = ckpt.load_newest_readable()           # (path, state, skipped) or None: resume's choice
 
 A checkpoint is written to a temporary file in the same directory and renamed with ``os.replace``,
 so a run killed at any moment leaves either the previous checkpoint or the new one, never half a
-file. Stray ``*.tmp`` files of a killed save are ignored and cleaned up by the next save.
+file. Stray ``*.tmp`` files of a killed save are ignored and cleaned up by the next save. A file
+damaged anyway (a full disk, a copy cut short) raises :class:`CheckpointError` naming it; resuming
+skips it for the newest checkpoint that reads.
 """
 from __future__ import annotations
 
 import os
 import pathlib
+import pickle
 import random
 import re
+import zipfile
 from typing import Any
 
 import numpy as np
 import torch
 
 PATTERN = re.compile(r"^ckpt_(\d+)\.pt$")
+#: what torch.load raises on a truncated or corrupted file
+_UNREADABLE = (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile)
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file that cannot be read (truncated or corrupted); the message names the file."""
 
 
 class Checkpointer:
@@ -39,6 +50,25 @@ class Checkpointer:
     def latest(self) -> pathlib.Path | None:
         paths = self.paths()
         return paths[-1] if paths else None
+
+    def load_newest_readable(
+        self, map_location: str | torch.device = "cpu",
+    ) -> tuple[pathlib.Path, dict[str, Any], list[CheckpointError]] | None:
+        """The newest checkpoint that can be read: ``(path, state, errors of the newer ones skipped)``.
+
+        None when there is no checkpoint; :class:`CheckpointError` when there are some and none reads.
+        """
+        skipped: list[CheckpointError] = []
+        for path in reversed(self.paths()):
+            try:
+                return path, load_checkpoint(path, map_location), skipped
+            except CheckpointError as exc:
+                skipped.append(exc)
+        if skipped:
+            raise CheckpointError(f"none of the {len(skipped)} checkpoints in {self.directory} can be read "
+                                  f"(newest: {skipped[0]}); move them away to start over, or set "
+                                  "checkpoint.resume=false")
+        return None
 
     def save(self, state: dict[str, Any], update: int) -> pathlib.Path:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -67,8 +97,19 @@ def atomic_save(state: dict[str, Any], path: str | os.PathLike) -> pathlib.Path:
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load a checkpoint written by :class:`Checkpointer` (it holds gym spaces, hence weights_only=False)."""
-    return torch.load(path, map_location=map_location, weights_only=False)
+    """Load a checkpoint written by :class:`Checkpointer` (it holds gym spaces, hence weights_only=False).
+
+    Raises FileNotFoundError for a missing file and :class:`CheckpointError` for one that cannot be read.
+    """
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint file {path}")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=False)
+    except _UNREADABLE as exc:
+        cause = str(exc).split("\n")[0].split(". ")[0]  # torch's first sentence; the rest is advice
+        raise CheckpointError(f"cannot read checkpoint {path} (truncated or corrupted?): "
+                              f"{type(exc).__name__}: {cause}") from exc
 
 
 def load_policy(checkpoint: str | os.PathLike | dict[str, Any], device: str | torch.device = "cpu"):

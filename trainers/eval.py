@@ -18,7 +18,7 @@ import argparse
 import pathlib
 import sys
 
-from vla_gym.trainers.checkpoint import load_checkpoint, load_policy
+from vla_gym.trainers.checkpoint import CheckpointError, load_checkpoint, load_policy
 from vla_gym.trainers.config import ConfigError, config_from_dict
 from vla_gym.trainers.distributed import Distributed
 from vla_gym.trainers.envs import make_envs
@@ -49,11 +49,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     dist = Distributed.from_env(args.device)
-    state = load_checkpoint(args.checkpoint, map_location=dist.device)
     try:
+        state = load_checkpoint(args.checkpoint, map_location=dist.device)
         cfg = config_from_dict(state["config"], args.overrides)
+    except (FileNotFoundError, CheckpointError) as exc:
+        print(f"--checkpoint: {exc}. Pick another checkpoint (runs/<name>/checkpoints/ keeps the last "
+              "checkpoint.keep_last of them)", file=sys.stderr)
+        dist.close()
+        return 2
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
+        dist.close()
         return 2
     kwargs = dict(cfg.eval.env_kwargs)
     if args.video_episodes:  # e.g. cameras for a state-only env; the policy reads what it was trained on

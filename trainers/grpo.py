@@ -118,9 +118,8 @@ class GRPO(OnPolicyAlgorithm):
             jobs = torch.as_tensor(jobs)
             valid = jobs >= 0
             valid[valid.clone()] = keep[jobs[valid]]
-            buffer.add(obs, actions, log_probs, None, torch.zeros(len(jobs)), torch.zeros(len(jobs), dtype=torch.bool), valid)
-            t = buffer.pos - 1
-            buffer.advantages[t, valid] = advantages[jobs[valid]].to(self.device)
+            step_advantages = torch.where(valid, advantages[jobs.clamp(min=0)], 0.0)  # its episode's advantage
+            buffer.add(obs, actions, log_probs, valid=valid, advantages=step_advantages)
 
         sums, counts = episode_sums(results, [task.name for task in self.tasks])  # env/... as PPO logs them
         lengths, returns = sums["env/episode_len"], sums["env/return"]

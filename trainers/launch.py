@@ -55,7 +55,7 @@ def _print_summary(algo) -> None:
     lines = [f"run directory: {run}", f"  config:      {run / 'config.yaml'}"]
     if algo.cfg.logging.tensorboard:
         lines.append(f"  tensorboard: tensorboard --logdir {run / 'tensorboard'}")
-    latest = algo.checkpointer.latest() if algo.checkpointer else None
+    latest = algo.run.checkpointer.latest() if algo.run.checkpointer else None
     if latest:
         lines.append(f"  checkpoint:  {latest}")
     if algo.last_eval:
