@@ -18,8 +18,8 @@ register_all()
 def make(env_id: str, max_episode_steps: int | None = None, **kwargs):
     """``gymnasium.make`` with a vla_gym error (closest ids) for unknown ids.
 
-    ``max_episode_steps`` goes to the env's own per-task limit; ``gymnasium.make`` would wrap a
-    ``TimeLimit`` around the env instead, which counts chunks under the ActionChunk wrapper.
+    ``max_episode_steps`` goes to the env's own per-task limit (``gymnasium.make`` would wrap a
+    ``TimeLimit`` around the env instead; below an ActionChunk wrapper that counts env steps too).
     """
     import gymnasium as gym
 

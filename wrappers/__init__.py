@@ -6,7 +6,7 @@ Innermost first::
     from vla_gym.wrappers import ActionChunk, EpisodeMetrics, MultiCamera, RecordEpisodeVideo
 
     env = gym.make("VLA/Libero10-v0", task_id=0)
-    env = ActionChunk(env, chunk_size=8)     # directly on the env: skips renders inside chunks
+    env = ActionChunk(env, chunk_size=8)     # first: skips renders inside chunks (wrappers below see sub-steps)
     env = RecordEpisodeVideo(env, "videos")  # needs the unified obs: below MultiCamera / SB3Compat
     env = EpisodeMetrics(env)                # counts env steps through ActionChunk
     env = MultiCamera(env, layout="vla")     # {"main": [3,224,224], "wrists": [1,3,224,224]}
