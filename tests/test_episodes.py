@@ -87,7 +87,7 @@ def test_envs_without_success_report_none_and_leave_success_means_alone():
     assert "env/success_once" not in found[0].metrics()
     summary = summarize(found)
     assert "env/success_once" not in summary and summary["env/episodes"] == len(found)
-    sums, counts = episode_sums(found)
+    _, counts = episode_sums(found)
     assert counts["env/success_once"] == 0 and counts["env/return"] == len(found)
 
 

@@ -109,8 +109,9 @@ def test_bootstrap_needs_a_critic():
         RolloutCollector(envs, NoCritic(), RolloutBuffer(2, 1), 0.9, 0.9)
 
 
+@pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP])
 @pytest.mark.parametrize("num_envs", [1, 3])
-def test_episode_runner_plays_every_spec_once_with_its_seed(num_envs):
+def test_episode_runner_plays_every_spec_once_with_its_seed(num_envs, mode):
     class SeededLength(Counter):
         """Terminates after 1 + seed % 4 steps, so the seed is visible in the episode length."""
 
@@ -123,7 +124,7 @@ def test_episode_runner_plays_every_spec_once_with_its_seed(num_envs):
             obs, reward, _, _, info = super().step(action)
             return obs, reward, self.t >= self.length, False, info
 
-    envs = SyncVectorEnv([lambda: SeededLength(True) for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
+    envs = SyncVectorEnv([lambda: SeededLength(True) for _ in range(num_envs)], autoreset_mode=mode)
     specs = [EpisodeSpec(seed=s) for s in (0, 1, 2, 3, 5, 7, 11)]
     steps = []
     results = EpisodeRunner(envs, ValueIsTenTimesObs()).run(specs, recorder=lambda *step: steps.append(step))
