@@ -3,6 +3,7 @@
     python benchmarks/bench_maniskill.py                        # CPU: state-only and 224x224 images
     python benchmarks/bench_maniskill.py --modes state --episodes 20
     python benchmarks/bench_maniskill.py --gpu                  # GPU sim: N = 64, 256, 1024 (needs CUDA)
+    python benchmarks/bench_maniskill.py --size 32 --episodes 1 --steps 5   # short form (CI): it runs, nothing is claimed
 
 CPU: both envs are made with ``gym.make`` (the raw one as ManiSkill's docs do: ``PickCube-v1``,
 ``panda_wristcam``, ``pd_ee_delta_pose``; ``obs_mode="state"`` or ``"rgb"`` with both cameras at the
@@ -40,9 +41,9 @@ def make_pair(mode: str, size: int):
     return gym.make(RAW_TASK, **raw_kwargs), gym.make(TASK, **ours_kwargs)
 
 
-def bench_cpu(mode: str, size: int, episodes: int, seed: int) -> None:
+def bench_cpu(mode: str, size: int, episodes: int, seed: int, steps: int | None = None) -> None:
     raw, ours = make_pair(mode, size)
-    steps = ours.unwrapped.tasks[0].max_episode_steps  # 50 for PickCube
+    steps = steps or ours.unwrapped.tasks[0].max_episode_steps  # 50 for PickCube
     rng = np.random.default_rng(seed)
     raw_times, ours_times = [], []
     for episode in range(episodes + 1):  # episode 0 warms up both (first renders compile shaders)
@@ -116,16 +117,23 @@ def main() -> None:
                         help="timed 50-step episodes per env (default: 20 state-only, 4 images)")
     parser.add_argument("--gpu", action="store_true", help="benchmark the GPU-batched env instead")
     parser.add_argument("--num-envs", type=int, nargs="+", default=[64, 256, 1024], help="--gpu: batch sizes")
-    parser.add_argument("--steps", type=int, default=100, help="--gpu: timed steps per batch size")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="--gpu: timed steps per batch size (default 100); CPU: steps per episode (default: the "
+                             "task's limit, 50)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--gpu needs a CUDA device (ManiSkill's GPU simulation); without one, leave --gpu out")
     for mode in args.modes:
         if args.gpu:
             for num_envs in args.num_envs:
-                bench_gpu(mode, args.size, num_envs, args.steps, args.seed)
+                bench_gpu(mode, args.size, num_envs, args.steps or 100, args.seed)
         else:
             episodes = args.episodes or (20 if mode == "state" else 4)
-            bench_cpu(mode, args.size, episodes, args.seed)
+            bench_cpu(mode, args.size, episodes, args.seed, args.steps)
 
 
 if __name__ == "__main__":

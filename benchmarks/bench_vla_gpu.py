@@ -3,6 +3,7 @@
     python benchmarks/bench_vla_gpu.py                                    # PaliGemma-3B-size action-token VLA, bf16
     python benchmarks/bench_vla_gpu.py --family smolvlm --policy continuous
     python benchmarks/bench_vla_gpu.py --family pi0 --policy pi0 --chunk 4
+    python benchmarks/bench_vla_gpu.py --size tiny --env synthetic --num-envs 1 --n-steps 2 --updates 1   # short form (CPU)
 
 The weights are random (from a config with the layer shapes of PaliGemma-3B / SmolVLM-2.2B / PI0:
 :func:`vla_gym.trainers.policies.vla_models.build_vlm` with ``size="full"``, saved in bf16 and loaded back
@@ -11,6 +12,9 @@ One PPO run through vla_gym's trainer: ``--updates`` rollouts of ``--n-steps`` v
 ``--num-envs`` ManiSkill envs (224 px main camera, an action chunk of ``--chunk`` steps), each followed by
 one epoch of minibatches of ``--batch-size``. Reported: rollout samples/s (policy forward + env), update
 samples/s (forward + backward + Adam on LoRA and heads), the whole loop's samples/s and the peak GPU memory.
+
+Without CUDA it stops at once (a full-size model would take hours on a CPU) unless ``--size tiny``: the same
+loop with a tiny model (2 layers), which checks that the script runs, not how fast a GPU is.
 
 ``--env synthetic`` replaces the simulator by :class:`SyntheticVLAEnv` (random 224 px images, the unified
 observation schema, 50-step episodes) for GPU machines without ManiSkill/Vulkan: the numbers then measure
@@ -89,6 +93,8 @@ def main(argv=None) -> int:
     parser.add_argument("--updates", type=int, default=2)
     parser.add_argument("--lora-rank", type=int, default=32)
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--size", choices=("full", "tiny"), default="full",
+                        help="tiny: a 2-layer model, to check the script on a CPU (the numbers then mean nothing)")
     parser.add_argument("--model-dir", default=None, help="reuse a model built by an earlier run")
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
@@ -100,10 +106,13 @@ def main(argv=None) -> int:
     from vla_gym.trainers.policies.vla_models import build_vlm
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model_dir = args.model_dir or os.path.join(tempfile.gettempdir(), f"vla_bench_{args.family}_full")
+    if device == "cpu" and args.size == "full":
+        parser.error("no CUDA device: this benchmark measures realistic-size VLAs on a GPU (hours on a CPU). "
+                     "Run it on an NVIDIA GPU, or add --size tiny to check the script on a CPU.")
+    model_dir = args.model_dir or os.path.join(tempfile.gettempdir(), f"vla_bench_{args.family}_{args.size}")
     t0 = time.perf_counter()
     if not os.path.exists(os.path.join(model_dir, "config.json")):
-        build_vlm(model_dir, family=args.family, size="full", device=device, dtype=args.dtype,
+        build_vlm(model_dir, family=args.family, size=args.size, device=device, dtype=args.dtype,
                   **({"chunk_size": max(args.chunk, 4)} if args.family == "pi0" else {}))
     build_s = time.perf_counter() - t0
 

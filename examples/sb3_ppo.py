@@ -3,6 +3,7 @@
     python examples/sb3_ppo.py                                   # ManiSkill PickCube, state, 20k steps
     python examples/sb3_ppo.py --env-id VLA/ManiSkill-PushCube-v0 --steps 100000 --num-envs 4
     python examples/sb3_ppo.py --steps 2000 --logdir runs/sb3    # TensorBoard logs incl. env/success_once
+    python examples/sb3_ppo.py --env-id VLA/ManiSkill-PushCube-v0 --steps 64 --n-steps 64   # short form (CI)
 
 The env stack, innermost first: the vla_gym env -> EpisodeMetrics (env/return, env/success_once, ...)
 -> SB3Compat (the unified Dict observation becomes a Box of the state). With ``--num-envs > 1`` the
@@ -49,6 +50,8 @@ def main() -> None:
     parser.add_argument("--env-id", default="VLA/ManiSkill-PickCube-v0")
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--num-envs", type=int, default=1)
+    parser.add_argument("--n-steps", type=int, default=None,
+                        help="steps per env per rollout (default: 1024 in all, at least 64 per env)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--logdir", default=None, help="TensorBoard folder (off when not given)")
     args = parser.parse_args()
@@ -56,7 +59,8 @@ def main() -> None:
     check_env(make_env(args.env_id))  # SB3's own checks pass on the wrapped env
     envs = make_vec_env(make_env, n_envs=args.num_envs, seed=args.seed, env_kwargs={"env_id": args.env_id},
                         vec_env_cls=SubprocVecEnv if args.num_envs > 1 else None)
-    model = PPO("MlpPolicy", envs, n_steps=max(64, 1024 // args.num_envs), batch_size=256, seed=args.seed,
+    n_steps = args.n_steps or max(64, 1024 // args.num_envs)
+    model = PPO("MlpPolicy", envs, n_steps=n_steps, batch_size=min(256, n_steps * args.num_envs), seed=args.seed,
                 device="cpu", tensorboard_log=args.logdir, verbose=1)
     model.learn(total_timesteps=args.steps, callback=LogEpisodeMetrics())
 

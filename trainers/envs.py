@@ -27,6 +27,10 @@ def make_envs(cfg: EnvConfig, num_envs: int, kwargs: dict[str, Any] | None = Non
         import vla_gym
 
         wrappers = parse_wrappers(cfg.wrappers, key="env.wrappers")
+        if not vla_gym.registry.check_env_id(cfg.id).available():
+            # its simulator is not installed: making one env here raises the backend's own error (what to
+            # install), cheaply and once, instead of a traceback from every worker process
+            vla_gym.make(cfg.id, **env_kwargs).close()
         return vla_gym.make_vec(cfg.id, num_envs, vectorization=cfg.vectorization, wrappers=wrappers, **env_kwargs)
     if cfg.wrappers:
         raise ValueError(f"env.wrappers applies to vla_gym ids (VLA/...), not {cfg.id!r}; remove it")

@@ -15,6 +15,7 @@ import dataclasses
 import sys
 
 import yaml
+from vla_gym.errors import MissingSimulatorError, RenderingUnavailableError
 from vla_gym.trainers.config import ConfigError, load_config
 
 
@@ -39,7 +40,12 @@ def train_main(algo_cls, argv: list[str] | None = None) -> int:
     from vla_gym.trainers.distributed import Distributed
 
     dist = Distributed.from_env(cfg.device)
-    algo = algo_cls.from_config(cfg, dist=dist, write_run=True)
+    try:
+        algo = algo_cls.from_config(cfg, dist=dist, write_run=True)
+    except (MissingSimulatorError, RenderingUnavailableError) as exc:  # the message says what to install
+        print(f"error: {cfg.env.id} cannot run on this machine.\n{exc}", file=sys.stderr)
+        dist.close()
+        return 1
     try:
         algo.learn()
         if dist.is_main:

@@ -1,6 +1,6 @@
 """``cnn``: images + state + instruction -> one feature vector -> actor-critic MLPs.
 
-    >>> env = vla_gym.make("VLA/ManiSkill-PushCube-v0", obs_mode="rgb")      # doctest: +SKIP
+    >>> env = vla_gym.make("VLA/ManiSkill-PushCube-v0", image_size=64)       # doctest: +SKIP
     >>> policy = make_policy("cnn", env.observation_space, env.action_space)    # doctest: +SKIP
 
 Each camera role gets its own small CNN; the instruction is a hashed bag-of-words embedding

@@ -63,7 +63,9 @@ def camera_batch(obs: dict, cameras: Sequence[str]) -> list[list[np.ndarray]]:
     """``obs["images"]`` -> per sample, the listed cameras as uint8 HWC numpy arrays."""
     images = obs.get("images") if isinstance(obs, dict) else None
     if not images:
-        raise ValueError("VLA policies need image observations: make the env with obs_mode including 'rgb'")
+        raise ValueError("VLA policies need image observations: make the env with cameras (env.kwargs.cameras="
+                         "[main, wrist]); ManiSkill's obs_mode='images' (its default) has them, obs_mode='state' only "
+                         "the cameras named")
     missing = [role for role in cameras if role not in images]
     if missing:
         raise KeyError(f"cameras {missing} not in the observation (it has {sorted(images)}); set policy.kwargs.cameras")

@@ -1,0 +1,136 @@
+"""Every config in examples/configs/, every script in examples/ and every benchmark runs, in a short form.
+
+Each runs as a user runs it (``python trainers/ppo.py --config examples/configs/X.yaml key=value ...``, as a
+subprocess) with overrides from tests/short_runs.py that make it one update on one env with tiny models, and
+must end with a checkpoint. Configs whose simulator cannot run here (BEHAVIOR-1K needs Isaac Sim) must stop
+with the error that says what is missing, not a traceback.
+
+Not here, on purpose (each is run by its own test, and this file fails if a new file is in none of the lists):
+- ``examples/configs/*_sft.yaml``: supervised fine-tuning configs, run by tests/test_sft.py;
+- ``examples/sft_then_rl.py``: tests/test_vla_demos.py (and tests/test_sft.py) run its short form;
+- benchmarks with a short-form test elsewhere: see ``BENCHMARKS_TESTED_ELSEWHERE``.
+"""
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from short_runs import (
+    ROOT,
+    assert_clear_error,
+    assert_ok,
+    checkpoints,
+    config_short_form,
+    executable,
+    run_command,
+    TINY_VLM,
+    simulator,
+    tiny_vlms,
+    trainer_script,
+)
+
+CONFIGS = sorted(path.name for path in (ROOT / "examples" / "configs").glob("*.yaml"))
+#: SFT configs run through trainers/sft.py in tests/test_sft.py (another test owns them)
+SFT_CONFIG_SUFFIX = "_sft.yaml"
+#: examples/ scripts -> the flags of their short form
+SCRIPTS = {
+    "examples/sb3_ppo.py": ["--env-id", "VLA/ManiSkill-PushCube-v0", "--steps", "64", "--n-steps", "64"],
+}
+SCRIPTS_TESTED_ELSEWHERE = {"examples/sft_then_rl.py": "tests/test_vla_demos.py::test_sft_then_rl_short_form"}
+#: benchmarks/ scripts -> the flags of their short form (they measure nothing at this size: they must run)
+BENCHMARKS = {
+    "benchmarks/bench_action_chunk.py": ["--image-size", "64", "--chunk-size", "2", "--chunks", "1"],
+    "benchmarks/bench_libero.py": ["--steps", "2", "--rounds", "1", "--resets", "1", "--size", "64"],
+    "benchmarks/bench_maniskill.py": ["--modes", "state", "images", "--size", "32", "--episodes", "1", "--steps", "5"],
+}
+BENCHMARKS_TESTED_ELSEWHERE = {
+    "benchmarks/bench_ppo_cartpole.py": "tests/test_trainers_ppo.py",
+    "benchmarks/bench_ppo_maniskill.py": "tests/test_trainers_maniskill.py",
+    "benchmarks/bench_grpo_maniskill.py": "tests/test_trainers_maniskill.py",
+}
+#: GPU-only: without CUDA they must stop at once with a message that says so (the words checked)
+GPU_ONLY = {
+    "benchmarks/bench_vla_gpu.py": (["--env", "synthetic"], ["no CUDA device", "--size tiny"]),
+    "benchmarks/bench_maniskill.py": (["--gpu"], ["--gpu needs a CUDA device"]),
+}
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    return tiny_vlms(tmp_path_factory.getbasetemp())
+
+
+def test_every_example_file_is_tested():
+    """A new script or benchmark must get a short form here (or be named as tested elsewhere); every config is
+    parametrized below, and one this file cannot shrink fails there, naming what to add."""
+    for folder, known in (("examples", {**SCRIPTS, **SCRIPTS_TESTED_ELSEWHERE}),
+                          ("benchmarks", {**BENCHMARKS, **BENCHMARKS_TESTED_ELSEWHERE, **GPU_ONLY})):
+        scripts = {f"{folder}/{path.name}" for path in (ROOT / folder).glob("*.py")}
+        missing = sorted(scripts - set(known))
+        assert not missing, f"add a short form to tests/test_examples.py for: {', '.join(missing)}"
+    for script, test in {**SCRIPTS_TESTED_ELSEWHERE, **BENCHMARKS_TESTED_ELSEWHERE}.items():
+        test_file = ROOT / test.split("::")[0]
+        assert test_file.exists() and script in test_file.read_text(), f"{test} no longer runs {script}"
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_config_runs_one_update(config, request, tmp_path):
+    path = ROOT / "examples" / "configs" / config
+    if config.endswith(SFT_CONFIG_SUFFIX):
+        sft_test = ROOT / "tests" / "test_sft.py"
+        assert sft_test.exists() and config in sft_test.read_text(), (
+            f"{config} is an SFT config: tests/test_sft.py must run it (it does not)")
+        pytest.skip("SFT config: run by tests/test_sft.py")
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    script = trainer_script(path)
+    command = [*executable("python"), script, "--config", f"examples/configs/{config}"]
+    if simulator(data["env"]["id"]) == "behavior":
+        # as written (only the run directory moved): it must stop before any model is loaded, naming what is missing
+        result = run_command([*command, f"run_dir={tmp_path}"], timeout=120)
+        assert_clear_error(result, "cannot run on this machine", "Isaac Sim", "OmniGibson")
+        return
+    models = request.getfixturevalue("models") if data.get("policy", {}).get("name") in TINY_VLM else {}
+    result = run_command([*command, *config_short_form(path, tmp_path, models)], timeout=420)
+    assert_ok(result)
+    saved = checkpoints(tmp_path, data["name"])
+    assert saved, f"no checkpoint under {tmp_path / data['name']}:\n{result.stdout[-2000:]}"
+    assert f"checkpoint:  {saved[-1]}" in result.stdout
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_example_script_short_form(script):
+    assert_ok(run_command([*executable("python"), script, *SCRIPTS[script]], timeout=300))
+
+
+@pytest.mark.parametrize("script", sorted(BENCHMARKS))
+def test_benchmark_short_form(script):
+    result = run_command([*executable("python"), script, *BENCHMARKS[script]], timeout=300)
+    assert_ok(result)
+    assert result.stdout.strip(), f"{script} printed no result"
+
+
+@pytest.mark.parametrize("script", sorted(GPU_ONLY))
+def test_gpu_benchmark_fails_fast_without_cuda(script):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the GPU benchmark would run")
+    flags, words = GPU_ONLY[script]
+    result = run_command([*executable("python"), script, *flags], timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    for word in words:
+        assert word in result.stderr
+
+
+@pytest.mark.slow
+def test_vla_gpu_benchmark_tiny_on_cpu(tmp_path):
+    """The GPU benchmark's whole loop with a tiny model (about 30 s; the CI form above checks the CUDA guard)."""
+    result = run_command([*executable("python"), "benchmarks/bench_vla_gpu.py", "--size", "tiny", "--env", "synthetic",
+                          "--family", "smolvlm", "--policy", "continuous", "--num-envs", "1", "--n-steps", "2",
+                          "--batch-size", "2", "--updates", "1", "--chunk", "2", "--dtype", "float32",
+                          "--model-dir", str(tmp_path / "model")], timeout=300)
+    assert_ok(result)
+    assert '"loop_samples_per_s"' in result.stdout
