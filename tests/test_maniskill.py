@@ -119,7 +119,8 @@ def test_unobserved_steps_skip_rendering(env, monkeypatch):
     blind, _, _, _, info = env.unwrapped.step(action, observe=False)
     monkeypatch.undo()
     assert info["observed"] is False
-    assert blind["images"]["main"] is obs["images"]["main"]  # previous frame, not re-rendered
+    assert np.array_equal(blind["images"]["main"], obs["images"]["main"])  # previous frame, not re-rendered,
+    assert not np.shares_memory(blind["images"]["main"], obs["images"]["main"])  # in new arrays
     assert not np.array_equal(blind["state"], obs["state"])  # physics moved
     seen, _, _, _, info = env.unwrapped.step(action)
     assert info["observed"] is True and not np.array_equal(seen["images"]["wrist"], obs["images"]["wrist"])

@@ -102,12 +102,13 @@ class CountSteps(gym.Wrapper):
 
     def __init__(self, env):
         super().__init__(env)
-        self.actions, self.observed = [], []
+        self.actions, self.observed, self.images = [], [], []
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.actions.append(np.asarray(action))
         self.observed.append(info["observed"])
+        self.images.append(obs["images"]["main"])
         return obs, reward, terminated, truncated, info
 
 
@@ -129,6 +130,8 @@ def test_wrapper_below_the_chunk_sees_every_sub_step_and_the_camera_renders_once
     assert base.render_calls == calls + 2                     # one render per chunk
     assert np.array_equal(np.stack(counting.actions), actions)
     assert counting.observed == ([False] * (K - 1) + [True]) * 2
+    # a skipped step repeats the last rendered images in new arrays: no two observations share an object
+    assert not any(np.shares_memory(a, b) for a, b in zip(counting.images, counting.images[1:]))
 
 
 def test_time_limit_below_the_chunk_counts_sub_steps(base):

@@ -115,6 +115,8 @@ class VLAEnv(gym.Env):
         observe = observe and not self._render_paused
         if observe:
             self._images = self.backend.render()
+        elif self._images:  # new arrays all the same: no two observations share an object (gymnasium's rule)
+            self._images = {role: image.copy() for role, image in self._images.items()}
         truncated = self._elapsed >= self._max_steps
         return self._observation(), float(reward), bool(success), truncated, self._info(success, observe)
 
