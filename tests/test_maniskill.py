@@ -361,9 +361,11 @@ def test_batched_env_schema_and_same_step_autoreset():
     assert first[3].tolist() == [False] and "final_obs" not in first[4]
     obs, _reward, _terminated, truncated, info = envs.step(up)
     assert truncated.tolist() == [True] and info["_final_obs"].tolist() == [True]
-    final_z, first_z, new_z = info["final_obs"]["state"][0, 2], first[0]["state"][0, 2], obs["state"][0, 2]
+    final_z, first_z, new_z = info["final_obs"][0]["state"][2], first[0]["state"][0, 2], obs["state"][0, 2]
     assert final_z > first_z > new_z  # kept rising until the end; the returned obs starts a new episode
-    assert info["final_info"]["elapsed_steps"].tolist() == [2] and envs._elapsed.tolist() == [0]
+    assert info["final_obs"][0]["images"]["main"].shape == (32, 32, 3)  # gymnasium's layout: one obs per sub-env
+    assert info["final_info"]["elapsed_steps"].tolist() == [2] and info["elapsed_steps"].tolist() == [0]
+    assert isinstance(_reward, np.ndarray) and truncated.dtype == bool  # control signals as numpy, as gymnasium's
     envs.close()
 
 
@@ -406,3 +408,85 @@ def test_yaml_matches_catalog():
 
     table = yaml.safe_load(resources.files("vla_gym.assets").joinpath("maniskill_instructions.yaml").read_text())
     assert set(table) == {maniskill_id for maniskill_id, _, _ in TASKS.values()}
+
+
+# ----------------------------------------------------------------------------------- one contract, three vector envs
+def contract_envs(kind: str, **kwargs):
+    """PushCube (state) behind make_vec's Sync / Async env (2 sub-envs) or the batched env (CPU simulation, 1)."""
+    from vla_gym.backends.maniskill_gpu import make_gpu_vector_env
+
+    if kind == "batched":
+        return make_gpu_vector_env(env_id("PushCube"), 1, device="cpu", **kwargs)
+    return vla_gym.make_vec(env_id("PushCube"), 2, vectorization=kind, **kwargs)
+
+
+def test_rollout_and_episode_runner_take_every_vector_env():
+    """RolloutCollector and EpisodeRunner over gymnasium's Sync and Async envs and the batched env: the same
+    episodes for the same seeds, truncations bootstrapped from final_obs, partial resets with options."""
+    from vla_gym.trainers.buffer import RolloutBuffer
+    from vla_gym.trainers.episode_runner import EpisodeRunner, EpisodeSpec
+    from vla_gym.trainers.policies import make_policy
+    from vla_gym.trainers.rollout import RolloutCollector
+
+    torch = pytest.importorskip("torch")
+    specs = [EpisodeSpec(seed=s, task_id=0) for s in (3, 4, 5)]
+    first_states = {}
+    for kind in ("sync", "async", "batched"):
+        envs = contract_envs(kind, obs_mode="state", max_episode_steps=5)
+        torch.manual_seed(0)
+        policy = make_policy("mlp", envs.single_observation_space, envs.single_action_space, hidden_sizes=[16])
+        buffer = RolloutBuffer(12, envs.num_envs)
+        collector = RolloutCollector(envs, policy, buffer, gamma=0.9, gae_lambda=0.95)
+        collector.reset(list(range(envs.num_envs)))
+        collector.collect()
+        assert bool(buffer.valid.all()) and buffer.dones.sum(0).tolist() == [2] * envs.num_envs, kind  # 5, 10
+
+        firsts = {}
+
+        def record(obs, actions, log_probs, jobs):
+            for i, job in enumerate(jobs):
+                if job >= 0 and int(job) not in firsts:
+                    firsts[int(job)] = obs["state"][i].clone()
+
+        results = EpisodeRunner(envs, policy).run(specs, recorder=record)
+        assert [(r.length, r.task_name, r.success is not None) for r in results] == [(5, "PushCube", True)] * 3, kind
+        first_states[kind] = torch.stack([firsts[k] for k in range(3)])
+        envs.close()
+    torch.testing.assert_close(first_states["async"], first_states["sync"], rtol=0, atol=0)
+    torch.testing.assert_close(first_states["batched"], first_states["sync"], rtol=0, atol=0)
+
+
+def test_ppo_trains_through_the_batched_env(tmp_path):
+    from vla_gym.trainers import PPO
+    from vla_gym.trainers.config import Config
+
+    envs = contract_envs("batched", obs_mode="state", max_episode_steps=6)
+    config = Config()
+    config.eval.episodes = 0  # evaluation envs come from config.env, not from the env passed in
+    model = PPO("mlp", env=envs, config=config, n_steps=12, batch_size=12, n_epochs=1,
+                policy_kwargs={"hidden_sizes": [16]}, run_dir=str(tmp_path), name="batched")
+    metrics = []
+    model.learn(24, callback=lambda algo, m: metrics.append(m))
+    assert model.num_updates == 2 and metrics[-1]["env/episode_len"] == 6
+    model.close()
+
+
+def test_batched_env_partial_resets_seed_lists_and_options():
+    envs = contract_envs("batched", obs_mode="state", paraphrase_instructions=True)
+    obs, info = envs.reset(seed=[7], options={"task_id": 0})
+    assert info["task_name"].tolist() == ["PushCube"] and info["_task_name"].tolist() == [True]
+    again, _ = envs.reset(seed=7, options={"reset_mask": np.array([True])})
+    np.testing.assert_array_equal(obs["state"].numpy(), again["state"].numpy())
+    assert obs["instruction"] == again["instruction"]  # the paraphrase is drawn from the seeded generator
+    kept, _ = envs.reset(options={"reset_mask": np.array([False])})  # nothing reset
+    np.testing.assert_array_equal(kept["state"].numpy(), obs["state"].numpy())
+    fresh, _ = envs.reset(options={"env_idx": [0]})  # unseeded: a new episode
+    assert not np.array_equal(fresh["state"].numpy(), obs["state"].numpy())
+    for options, match in [({"task_id": 1}, "task_id=1 is out of range"),
+                           ({"reset_mask": np.array([1])}, "bool array of shape"),
+                           ({"env_idx": [1]}, "out of range")]:
+        with pytest.raises(ValueError, match=match):
+            envs.reset(options=options)
+    with pytest.raises(ValueError, match="one seed per sub-env"):
+        envs.reset(seed=[1, 2])
+    envs.close()

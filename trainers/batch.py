@@ -22,7 +22,8 @@ def to_torch(obs: Any, device: torch.device | str = "cpu") -> Any:
         return {key: to_torch(value, device) for key, value in obs.items()}
     if isinstance(obs, (tuple, list)) or (isinstance(obs, np.ndarray) and obs.dtype.kind in "OUS"):
         return [str(text) for text in obs]
-    tensor = torch.as_tensor(np.asarray(obs))
+    # tensors as they are: the GPU-batched ManiSkill env's observations stay on their device
+    tensor = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(np.asarray(obs))
     if tensor.dtype == torch.float64:
         tensor = tensor.float()
     return tensor.to(device, non_blocking=True)
@@ -35,6 +36,8 @@ def stack(observations: Sequence[Any]) -> Any:
         return {key: stack([o[key] for o in observations]) for key in first}
     if isinstance(first, str):
         return list(observations)
+    if isinstance(first, torch.Tensor):  # rows of the GPU-batched env's final_obs
+        return torch.stack(list(observations))
     return np.stack([np.asarray(o) for o in observations])
 
 

@@ -14,8 +14,16 @@ A :class:`~vla_gym.backends.base.Backend` owns the simulator.
 (training); the default keeps the task's one canonical instruction (evaluation).
 
 ``reset(options=...)`` accepts ``task_id`` and ``init_state_id`` to pin one episode (evaluation
-loops, GRPO groups). ``step(action, observe=False)`` on the unwrapped env advances the physics
-without rendering the cameras; the returned images are then the last rendered ones and
+loops, GRPO groups).
+
+Seeds (:func:`draw_episode`, the one rule for every family and for the GPU-batched ManiSkill env):
+``reset(seed=s)`` seeds the env's generator with ``s``, draws the task from it when the env has several
+and none is pinned, and starts *the simulator's own episode s*: ManiSkill's ``reset(seed=s)``, LIBERO's
+initial state ``s % 50`` (so seeds 0..49 are the official evaluation episodes 0..49 of a task). An
+unseeded ``reset()`` draws the initial state / simulator seed from the generator: fresh episodes, and the
+same sequence again after the same ``reset(seed=s)``.
+
+``step(action, observe=False)`` on the unwrapped env advances the physics without rendering the cameras; the returned images are then the last rendered ones and
 ``info['observed']`` is False. The same through any wrappers: steps taken inside
 ``with env.unwrapped.skip_rendering():`` render nothing; the action-chunk wrapper steps all but the last
 sub-step of a chunk that way.
@@ -23,13 +31,89 @@ sub-step of a chunk that way.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
 
 from vla_gym import schema
 from vla_gym.backends.base import Backend, TaskSpec
+
+
+#: simulator seeds drawn for unseeded resets lie in [0, SEED_BOUND): valid for every simulator
+SEED_BOUND = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Episode:
+    """What one reset starts: the task, its initial state, the instruction, the simulator's seed, the step limit."""
+
+    task: TaskSpec
+    init_state_id: int | None
+    instruction: str
+    seed: int
+    max_steps: int
+
+
+def draw_episode(
+    rng: np.random.Generator, tasks: Sequence[TaskSpec], seed: int | None, options: Mapping[str, Any] | None = None,
+    task_id: int | None = None, init_state_id: int | None = None, paraphrase: bool = False,
+    max_episode_steps: int | None = None,
+) -> Episode:
+    """The episode a reset starts, shared by :class:`VLAEnv` and the GPU-batched ManiSkill env.
+
+    ``rng`` is the env's generator, already reseeded with ``seed`` when one is given. In this order:
+    the task (``options["task_id"]``, else the env's fixed ``task_id``, else drawn from ``rng``); the
+    initial state of a task that has fixed ones (``options["init_state_id"]``, else the env's fixed one,
+    else ``seed % num_init_states``, else drawn from ``rng``); the instruction (drawn from ``rng`` among the
+    paraphrases with ``paraphrase=True``); the simulator's seed (``seed`` itself, else drawn from ``rng``);
+    the step limit (``max_episode_steps`` or the task's own).
+
+        >>> rng = np.random.default_rng(7)
+        >>> task = TaskSpec(0, "suite", "t", "do it", 50, num_init_states=50)
+        >>> draw_episode(rng, [task], seed=7).init_state_id, draw_episode(rng, [task], seed=7).seed
+        (7, 7)
+    """
+    options = options or {}
+    chosen = options.get("task_id", task_id)
+    if chosen is None:
+        chosen = int(rng.integers(len(tasks)))
+    task = tasks[schema.check_index("task_id", chosen, len(tasks))]
+    init = options.get("init_state_id", init_state_id)
+    if init is not None:
+        check_init_state(task, init)
+    elif task.num_init_states:
+        init = seed % task.num_init_states if seed is not None else int(rng.integers(task.num_init_states))
+    instruction = task.instruction
+    if paraphrase and task.paraphrases:
+        choices = (task.instruction, *task.paraphrases)
+        instruction = choices[int(rng.integers(len(choices)))]
+    sim_seed = int(seed) if seed is not None else int(rng.integers(SEED_BOUND))
+    return Episode(task, init, instruction, sim_seed, max_episode_steps or task.max_episode_steps)
+
+
+def check_init_state(task: TaskSpec, init_state_id: int) -> None:
+    """ValueError unless ``init_state_id`` names one of ``task``'s fixed initial states."""
+    if task.num_init_states is None:
+        raise ValueError(
+            f"task {task.name!r} has no fixed initial states (its initial state comes from the seed); "
+            "drop init_state_id and pass reset(seed=...) instead"
+        )
+    schema.check_index(f"init_state_id for task {task.name!r}", init_state_id, task.num_init_states)
+
+
+def episode_info(task: TaskSpec, init_state_id: int | None, elapsed: int, success: bool, observed: bool) -> dict:
+    """The ``info`` of one step (the batched ManiSkill env builds its arrays from the same keys)."""
+    return {
+        "success": bool(success),
+        "suite": task.suite,
+        "task_id": task.index,
+        "task_name": task.name,
+        "init_state_id": init_state_id,
+        "elapsed_steps": elapsed,
+        "observed": observed,
+    }
 
 
 class VLAEnv(gym.Env):
@@ -56,7 +140,7 @@ class VLAEnv(gym.Env):
         self.task_id = schema.check_index("task_id", task_id, len(self.tasks))
         self.fixed_init_state_id = init_state_id
         if task_id is not None and init_state_id is not None:
-            self._check_init_state(self.tasks[self.task_id], init_state_id)
+            check_init_state(self.tasks[self.task_id], init_state_id)
         self.max_episode_steps_override = max_episode_steps
         self.render_mode = render_mode
         self.paraphrase_instructions = paraphrase_instructions
@@ -79,30 +163,16 @@ class VLAEnv(gym.Env):
     # ----------------------------------------------------------------------------------- gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        options = options or {}
-        task_id = options.get("task_id", self.task_id)
-        if task_id is None:
-            task_id = int(self.np_random.integers(len(self.tasks)))
-        task_id = schema.check_index("task_id", task_id, len(self.tasks))
-        task = self.tasks[task_id]
-        init_state_id = options.get("init_state_id", self.fixed_init_state_id)
-        if init_state_id is None and task.num_init_states:
-            init_state_id = int(self.np_random.integers(task.num_init_states))
-        elif init_state_id is not None:
-            self._check_init_state(task, init_state_id)
-
-        if task is not self.task:
-            self.backend.load(task)
-            self.task = task
-        self.init_state_id = init_state_id
-        self.instruction = task.instruction
-        if self.paraphrase_instructions and task.paraphrases:
-            choices = (task.instruction, *task.paraphrases)
-            self.instruction = choices[int(self.np_random.integers(len(choices)))]
-        # The simulator's own seed comes from our generator, so reset(seed=s) is repeatable.
-        self.backend.reset(init_state_id, seed=int(self.np_random.integers(2**31 - 1)))
+        episode = draw_episode(self.np_random, self.tasks, seed, options, self.task_id, self.fixed_init_state_id,
+                               self.paraphrase_instructions, self.max_episode_steps_override)
+        if episode.task is not self.task:
+            self.backend.load(episode.task)
+            self.task = episode.task
+        self.init_state_id = episode.init_state_id
+        self.instruction = episode.instruction
+        self.backend.reset(episode.init_state_id, seed=episode.seed)
         self._elapsed = 0
-        self._max_steps = self.max_episode_steps_override or task.max_episode_steps
+        self._max_steps = episode.max_steps
         self._images = self.backend.render()
         return self._observation(), self._info(success=False, observed=True)
 
@@ -169,22 +239,4 @@ class VLAEnv(gym.Env):
         return obs
 
     def _info(self, success: bool, observed: bool) -> dict[str, Any]:
-        task = self.task
-        return {
-            "success": bool(success),
-            "suite": task.suite,
-            "task_id": task.index,
-            "task_name": task.name,
-            "init_state_id": self.init_state_id,
-            "elapsed_steps": self._elapsed,
-            "observed": observed,
-        }
-
-    @staticmethod
-    def _check_init_state(task: TaskSpec, init_state_id: int) -> None:
-        if task.num_init_states is None:
-            raise ValueError(
-                f"task {task.name!r} has no fixed initial states (its initial state comes from the seed); "
-                "drop init_state_id and pass reset(seed=...) instead"
-            )
-        schema.check_index(f"init_state_id for task {task.name!r}", init_state_id, task.num_init_states)
+        return episode_info(self.task, self.init_state_id, self._elapsed, success, observed)

@@ -22,8 +22,10 @@ which is what PPO needs: it bootstraps a truncated episode from ``V(final_obs)``
 on NEXT_STEP's reset-only transitions (whose actions are ignored and must be masked out of the loss).
 :func:`vla_gym.wrappers.finished_episodes` reads ``EpisodeMetrics`` out of either layout.
 
-Seeds: ``reset(seed=s)`` seeds sub-env ``i`` with ``s + i`` (gymnasium's rule); each sub-env then
-draws its tasks and initial states from its own generator. ``per_env_kwargs`` gives sub-envs their
+Seeds: ``reset(seed=s)`` seeds sub-env ``i`` with ``s + i`` (gymnasium's rule), which starts the
+simulator's own episode ``s + i`` (ManiSkill's seed, LIBERO's initial state ``(s + i) % 50``; the task of
+a multi-task id is drawn from the seeded generator); unseeded autoresets draw from each sub-env's
+generator (docs/fidelity.md). The GPU-batched env follows the same rule. ``per_env_kwargs`` gives sub-envs their
 own constructor arguments (e.g. one LIBERO task each: ``[{"task_id": i} for i in range(n)]``).
 
 Wrappers: each entry of ``wrappers`` is applied in order inside every sub-env (so the first is the
@@ -178,7 +180,8 @@ def make_vec(
         device: None or ``"cpu"`` for the CPU simulators; ``"cuda"`` / ``"cuda:N"`` for GPU-batched ManiSkill.
         per_env_kwargs: optional list of ``num_envs`` dicts merged over ``env_kwargs`` per sub-env.
         context: multiprocessing start method for ``"async"``: ``"spawn"`` (default) or ``"forkserver"``;
-            ``"fork"`` starts faster but hangs ManiSkill (SAPIEN/Vulkan state does not survive a fork).
+            ``"fork"`` starts faster but only works while this process has not started the simulator (its
+            workers then raise :class:`vla_gym.fork_guard.ForkedAfterInitError` instead of hanging).
         **env_kwargs: passed to every sub-env's constructor (``task_id=``, ``image_size=``, ...).
     """
     check_env_id(env_id)

@@ -138,7 +138,9 @@ class LiberoBackend(Backend):
         self._init_states = np.asarray(suite.get_task_init_states(index))
 
     def reset(self, init_state_id: int | None, seed: int) -> None:
-        self._env.seed(seed)
+        # The episode is the initial state alone: LIBERO's env.seed(seed) would only reseed numpy's *global*
+        # generator (the user's too), which reset() uses to place objects that set_init_state then overwrites.
+        # So it is not called; tests/test_fidelity.py checks the result against LIBERO's loop, which calls it.
         self._env.reset()
         for robot in self._env.robots:
             # robosuite keeps the gripper's command between soft resets; a rebuilt model starts at 0.
@@ -189,7 +191,10 @@ class LiberoEnv(VLAEnv):
         suite: ``libero_spatial``, ``libero_object``, ``libero_goal``, ``libero_10``, ``libero_90``
             or ``libero_130`` (all five).
         task_id: fixed task index within the suite, or None to draw one per reset.
-        init_state_id: fixed index into the task's 50 initial states, or None to draw one per reset.
+        init_state_id: fixed index into the task's 50 initial states, or None: then ``reset(seed=s)``
+            restores initial state ``s % 50`` (the official evaluation episode ``s``) and an unseeded
+            ``reset()`` draws one from the env's generator. ``reset(options={"init_state_id": i})`` pins
+            episode ``i`` of LIBERO's evaluation whatever the seed (see docs/fidelity.md).
         cameras: camera roles to render, from ``main`` (agentview) and ``wrist`` (eye-in-hand).
         image_size: int or (height, width), default 224.
         max_episode_steps: overrides the suite's limit (spatial 220, object 280, goal 300,

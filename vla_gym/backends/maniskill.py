@@ -14,6 +14,9 @@ How it stays fast:
 - one ManiSkill env is built per task and kept: switching tasks (``VLA/ManiSkillTabletop-v0``)
   costs a rebuild once per task, a reset never rebuilds.
 
+Seeds: ``reset(seed=s)`` is ManiSkill's own ``reset(seed=s)``, step for step (tests/test_fidelity.py);
+an unseeded reset passes a seed drawn from the env's generator (:func:`vla_gym.env.draw_episode`).
+
 Conventions: the robot is ``panda_wristcam`` (its hand camera is the ``wrist`` role, the task's
 ``base_camera`` is ``main``); images are 224x224 by default and already right side up. With the
 default ``control_mode="pd_ee_delta_pose"`` the gripper action is flipped to vla_gym's convention
@@ -33,7 +36,6 @@ from vla_gym import schema
 from vla_gym.backends.base import Backend, TaskSpec
 from vla_gym.env import VLAEnv
 from vla_gym.errors import MissingSimulatorError, RenderingUnavailableError
-from vla_gym.geometry import quat_to_axis_angle
 from vla_gym.system import install_hint
 from vla_gym.tasks.maniskill import task_specs
 
@@ -180,6 +182,34 @@ def capture_images(env, sensor_uids: Sequence[str], show_goal: bool) -> dict:
     return images
 
 
+def flips_gripper(control_mode: str) -> bool:
+    """Whether vla_gym's gripper sign (-1 open, +1 close) is flipped for ManiSkill (+1 open): only in the default mode."""
+    return control_mode == DEFAULT_CONTROL_MODE
+
+
+def to_maniskill_action(action, flip_gripper: bool):
+    """vla_gym action(s) ``[..., D]`` (numpy or torch, a copy the caller owns) -> ManiSkill's, in place."""
+    if flip_gripper:
+        action[..., -1] = -action[..., -1]
+    return action
+
+
+def step_reward(reward, success, success_reward: bool):
+    """The reward of a step: ManiSkill's, or the success flag where it computes none (see make_maniskill_env)."""
+    return success if success_reward else reward
+
+
+def proprio_state(agent):
+    """vla_gym's 8-D proprioception of every sub-env, float32 torch ``[N, 8]``: tcp position (3),
+    tcp orientation as axis-angle (3), the two finger positions (2)."""
+    import torch
+    from mani_skill.utils.geometry.rotation_conversions import quaternion_to_axis_angle, standardize_quaternion
+
+    pose = agent.tcp_pose.raw_pose  # [N, 7]: position, quaternion wxyz
+    axis_angle = quaternion_to_axis_angle(standardize_quaternion(pose[:, 3:]))
+    return torch.cat([pose[:, :3], axis_angle, agent.robot.get_qpos()[:, -2:]], dim=1).to(torch.float32)
+
+
 def default_render_backend() -> str:
     """Render on the GPU when there is one, else on the CPU (without ManiSkill's fallback warning)."""
     import torch
@@ -201,7 +231,7 @@ class ManiSkillBackend(Backend):
         self.control_mode = control_mode
         self.reward_mode = reward_mode
         self.show_goal = show_goal
-        self.flip_gripper = control_mode == DEFAULT_CONTROL_MODE
+        self.flip_gripper = flips_gripper(control_mode)
         self.state_dim = 8 if obs_mode == "images" else None  # state mode: set by the first load()
         self.action_dim = None
         self._sensor_uids = [CAMERAS[role] for role in self.camera_roles]
@@ -244,15 +274,14 @@ class ManiSkillBackend(Backend):
             )
 
     def reset(self, init_state_id: int | None, seed: int) -> None:
-        self._obs = self._env.reset(seed=seed)[0]
+        self._obs = self._env.reset(seed=seed)[0]  # ManiSkill's own episode for this seed
 
     def step(self, action: np.ndarray) -> tuple[float, bool]:
-        action = action.astype(np.float32)  # a fresh array: ManiSkill wraps it as a tensor without copying
-        if self.flip_gripper:
-            action[-1] = -action[-1]
+        # astype: a fresh array (ManiSkill wraps it as a tensor without copying), flipped in place
+        action = to_maniskill_action(action.astype(np.float32), self.flip_gripper)
         self._obs, reward, _, _, info = self._env.step(action)
         success = bool(info["success"])
-        return (float(success) if self._success_reward else float(reward)), success
+        return float(step_reward(reward, success, self._success_reward)), success
 
     def close(self) -> None:
         for env in self._envs.values():
@@ -264,13 +293,7 @@ class ManiSkillBackend(Backend):
     def state(self) -> np.ndarray:
         if self.obs_mode == "state":
             return self._obs[0].numpy().astype(np.float32)  # astype copies: never a view of ManiSkill's tensor
-        agent = self._env.agent
-        pose = agent.tcp_pose.raw_pose[0].numpy()  # position (3), quaternion wxyz (4)
-        state = np.empty(8, dtype=np.float32)
-        state[:3] = pose[:3]
-        state[3:6] = quat_to_axis_angle(pose[3:], scalar_first=True)
-        state[6:] = agent.robot.get_qpos()[0, -2:].numpy()
-        return state
+        return proprio_state(self._env.agent)[0].numpy()
 
     def render(self) -> dict[str, np.ndarray]:
         if not self._sensor_uids:

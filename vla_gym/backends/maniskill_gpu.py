@@ -1,4 +1,4 @@
-"""ManiSkill3's GPU simulation behind vla_gym's schema: N envs in one process, torch tensors on the device.
+"""ManiSkill3's GPU simulation behind vla_gym's schema: N envs in one process, observations on the device.
 
     >>> import torch, vla_gym
     >>> envs = vla_gym.make_vec("VLA/ManiSkill-PickCube-v0", num_envs=256, device="cuda")    # doctest: +SKIP
@@ -7,16 +7,32 @@
     (torch.Size([256, 224, 224, 3]), torch.Size([256, 8]), 256)
     >>> obs, reward, terminated, truncated, info = envs.step(torch.zeros(256, 7, device="cuda"))  # doctest: +SKIP
 
-The schema is the CPU env's, batched: ``images`` {role: uint8 [N, H, W, 3]}, ``state`` float32 [N, D]
-(8-D proprioception, or ManiSkill's privileged state with ``obs_mode="state"``, which has no
-``images``), ``instruction`` a tuple of N str; reward float32 [N]; terminated (success) and truncated
-(time limit) bool [N]; ``info["success"]`` bool [N]. Actions: [N, 7] in [-1, 1], gripper -1 open /
-+1 close (flipped for ManiSkill inside, as on the CPU); other control modes pass through unchanged.
+The contract is the CPU vector envs' (:func:`vla_gym.make_vec`), so the trainers, the rollout collector
+and the episode runner take either:
+
+- observations: the schema batched, as torch tensors on the device (the images never leave the GPU):
+  ``images`` {role: uint8 [N, H, W, 3]}, ``state`` float32 [N, D] (8-D proprioception, or ManiSkill's
+  privileged state with ``obs_mode="state"``, which has no ``images``), ``instruction`` a tuple of N str;
+- reward float32 [N], terminated (success) and truncated (time limit) bool [N], and the info arrays
+  (``success``, ``elapsed_steps``, ``task_id``, ``task_name``, ...) as numpy arrays, as gymnasium's
+  vector envs return them;
+- actions: [N, 7] (numpy or torch) in [-1, 1], gripper -1 open / +1 close (flipped for ManiSkill inside,
+  by the same function as on the CPU); other control modes pass through unchanged.
+
+Resets: ``reset(seed=s)`` gives sub-env i the seed ``s + i``, ``reset(seed=[s0, s1, ...])`` one seed each;
+each sub-env then draws its episode by :func:`vla_gym.env.draw_episode`, the rule ``VLAEnv`` uses (seed
+``s`` is ManiSkill's episode ``s``; unseeded resets draw a seed from the sub-env's generator).
+``options={"task_id": k}`` is accepted for the env's own task; ``options={"reset_mask": mask}``
+(gymnasium) or ``{"env_idx": rows}`` (ManiSkill) resets only those sub-envs. ManiSkill's GPU simulation
+seeds its torch generator with the batch's first seed, so a GPU sub-env's episode for seed ``s + i`` is not
+the CPU env's episode for that seed (nor is GPU physics bitwise the CPU's); on ManiSkill's CPU simulation
+(``device="cpu"``, ``num_envs=1``) this env equals the CPU vector env step for step (tests/test_fidelity.py).
 
 Auto-reset: SAME_STEP, like :func:`vla_gym.make_vec` on the CPU. A sub-env whose episode ended is reset
-inside the same ``step``: its row of the returned observation starts the next episode, the last
-observation of the finished one is in ``info["final_obs"]`` and its info in ``info["final_info"]``
-(rows where ``info["_final_obs"]`` is True). ``reset(seed=s)`` seeds sub-env i with ``s + i``.
+inside the same ``step``: its row of the returned observation starts the next episode; as in gymnasium,
+``info["final_obs"]`` is an object array holding the finished episodes' last observations (per-env
+dicts of tensor rows, None elsewhere), ``info["final_info"]`` their infos (arrays with ``_key`` masks),
+and ``info["_final_obs"]`` / ``info["_final_info"]`` mark those rows.
 
 All sub-envs run one task (ManiSkill's GPU scene is built once for all of them): for
 ``VLA/ManiSkillTabletop-v0`` pass ``task_id=``. ``device="cpu"`` runs the same code on ManiSkill's CPU
@@ -28,6 +44,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
@@ -39,9 +56,14 @@ from vla_gym.backends.maniskill import (
     check_action_space,
     check_options,
     default_render_backend,
+    flips_gripper,
     import_maniskill,
     make_maniskill_env,
+    proprio_state,
+    step_reward,
+    to_maniskill_action,
 )
+from vla_gym.env import Episode, draw_episode, episode_info
 from vla_gym.registry import check_env_id
 from vla_gym.tasks.maniskill import task_specs
 
@@ -75,7 +97,8 @@ class ManiSkillGPUVectorEnv(VectorEnv):
 
     Keywords as for :class:`vla_gym.backends.maniskill.ManiSkillEnv`: ``task_id``, ``obs_mode``,
     ``cameras``, ``image_size``, ``control_mode``, ``reward_mode``, ``max_episode_steps``,
-    ``paraphrase_instructions``, ``show_goal``.
+    ``paraphrase_instructions``, ``show_goal``. ``tasks`` and ``task_id`` are those of the id (as on
+    ``VLAEnv``); the env runs ``tasks[task_id]``.
     """
 
     def __init__(self, tasks: Sequence[str], num_envs: int, device: str = "cuda", task_id: int | None = None,
@@ -85,11 +108,12 @@ class ManiSkillGPUVectorEnv(VectorEnv):
                  paraphrase_instructions: bool = False, show_goal: bool = True):
         import torch
 
-        specs = task_specs(tasks)
-        if task_id is None and len(specs) > 1:
+        self.tasks = task_specs(tasks)
+        if task_id is None and len(self.tasks) > 1:
             raise ValueError("the GPU simulation runs one task for all sub-envs: pass task_id= "
-                             f"(0..{len(specs) - 1}: {[s.name for s in specs]})")
-        self.task = specs[schema.check_index("task_id", task_id, len(specs)) or 0]
+                             f"(0..{len(self.tasks) - 1}: {[s.name for s in self.tasks]})")
+        self.task_id = schema.check_index("task_id", task_id, len(self.tasks)) or 0
+        self.task = self.tasks[self.task_id]
         cameras = check_options(cameras, obs_mode, reward_mode)
         cuda = str(device).startswith("cuda")
         if cuda and not torch.cuda.is_available():
@@ -108,14 +132,15 @@ class ManiSkillGPUVectorEnv(VectorEnv):
         self.camera_roles = cameras
         self._sensor_uids = [CAMERAS[role] for role in self.camera_roles]
         self.show_goal = show_goal
-        self.flip_gripper = control_mode == DEFAULT_CONTROL_MODE
+        self.flip_gripper = flips_gripper(control_mode)
         self.paraphrase_instructions = paraphrase_instructions
-        self.max_episode_steps = max_episode_steps or self.task.max_episode_steps
+        self.max_episode_steps_override = max_episode_steps
         self._env = make_maniskill_env(
             self.task.extra["maniskill_id"], num_envs, obs_mode, control_mode, reward_mode, tuple(image_size),
             sim_backend=str(device), render_backend=str(device) if cuda else default_render_backend(),
         )
         self.device = self._env.device
+        self._success_reward = self._env.reward_mode == "none"
         action_dim = check_action_space(self._env.single_action_space, control_mode)
         state_dim = 8 if obs_mode == "images" else int(self._env.single_observation_space.shape[-1])
 
@@ -127,20 +152,40 @@ class ManiSkillGPUVectorEnv(VectorEnv):
         )
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_fps": float(self._env.control_freq)}
-        self._elapsed = torch.zeros(num_envs, dtype=torch.int32, device=self.device)
-        self._instructions = [self.task.instruction] * num_envs
+        self._rngs = [seeding.np_random()[0] for _ in range(num_envs)]  # one generator per sub-env, as VLAEnv's
+        self._episodes: list[Episode | None] = [None] * num_envs
+        self._elapsed = np.zeros(num_envs, dtype=np.int64)
+        self._max_steps = np.zeros(num_envs, dtype=np.int64)
         self._ms_obs = None
-        self._rng = np.random.default_rng()
 
     # ----------------------------------------------------------------------------------- gym API
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        if seed is not None:
-            self._rng = np.random.default_rng(seed)
-        seeds = None if seed is None else [seed + i for i in range(self.num_envs)]
-        self._ms_obs, _ = self._env.reset(seed=seeds)
-        self._elapsed.zero_()
-        self._draw_instructions(range(self.num_envs))
-        return self._observation(), {"success": self._env.evaluate()["success"].clone()}
+    def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None):
+        """Reset every sub-env, or those in ``options["reset_mask"]`` / ``options["env_idx"]`` (module docstring)."""
+        import torch
+
+        options = dict(options or {})
+        rows = self._rows_to_reset(options)
+        if len(rows) < self.num_envs and None in self._episodes:
+            raise ValueError("a partial reset (reset_mask / env_idx) needs a full reset() first")
+        seeds = self._seeds(seed)
+        for i in rows:
+            if seeds[i] is not None:
+                self._rngs[i] = seeding.np_random(seeds[i])[0]
+            episode = draw_episode(self._rngs[i], self.tasks, seeds[i], options, self.task_id, None,
+                                   self.paraphrase_instructions, self.max_episode_steps_override)
+            if episode.task is not self.task:
+                raise ValueError(f"options['task_id']={episode.task.index} ({episode.task.name}): this batched env "
+                                 f"simulates task_id={self.task_id} ({self.task.name}) only; make one per task")
+            self._episodes[i] = episode
+            self._elapsed[i] = 0
+            self._max_steps[i] = episode.max_steps
+        if rows:  # every sub-env's current seed: ManiSkill takes one per sub-env and resets those in env_idx
+            sim_seeds = [episode.seed for episode in self._episodes]
+            partial = len(rows) < self.num_envs
+            self._ms_obs, _ = self._env.reset(
+                seed=sim_seeds, options={"env_idx": torch.as_tensor(rows, device=self.device)} if partial else None)
+        success = np.zeros(self.num_envs, dtype=bool)
+        return self._observation(), self._infos(success, observed=True)
 
     def step(self, actions):
         import torch
@@ -148,22 +193,28 @@ class ManiSkillGPUVectorEnv(VectorEnv):
         actions = self._check_actions(actions)
         self._ms_obs, reward, _, _, ms_info = self._env.step(actions)
         self._elapsed += 1
-        success = ms_info["success"].clone()
-        terminated = success
-        truncated = self._elapsed >= self.max_episode_steps
+        success = ms_info["success"].cpu().numpy().astype(bool)
+        reward = step_reward(reward, ms_info["success"], self._success_reward)
+        reward = reward.to(torch.float32).cpu().numpy().reshape(self.num_envs)
+        terminated = success.copy()
+        truncated = self._elapsed >= self._max_steps
         obs = self._observation()
-        info = {"success": success, "elapsed_steps": self._elapsed.clone()}
+        info = self._infos(success, observed=True)
         done = terminated | truncated
         if done.any():
-            env_idx = torch.nonzero(done).flatten()
-            info = dict(info, final_obs=obs, final_info=dict(info), _final_obs=done, _final_info=done)
-            self._ms_obs, _ = self._env.reset(options={"env_idx": env_idx})
-            self._elapsed[env_idx] = 0
-            self._draw_instructions(env_idx.tolist())
-            obs = self._observation()
-        if self._env.reward_mode == "none":  # sparse: the success flag (see make_maniskill_env)
-            reward = success
-        return obs, reward.to(torch.float32), terminated, truncated, info
+            final_obs = np.full(self.num_envs, None, dtype=object)
+            for i in np.flatnonzero(done):
+                final_obs[i] = _row(obs, i)
+            final_info = dict(info, **{f"_{key}": done.copy() for key in info if not key.startswith("_")})
+            # the reset re-renders every sub-env: the rows that go on are unchanged by a partial reset
+            obs, _ = self.reset(options={"reset_mask": done})
+            info = dict(self._infos(success & ~done, observed=True), final_obs=final_obs, final_info=final_info,
+                        _final_obs=done, _final_info=done.copy())  # as gymnasium: a reset row's info is the reset's
+        return obs, reward, terminated, truncated, info
+
+    def get_attr(self, name: str) -> tuple:
+        """``name`` of every sub-env (they share this object's attributes), like gymnasium's vector envs."""
+        return tuple(getattr(self, name) for _ in range(self.num_envs))
 
     def close_extras(self, **kwargs):
         if getattr(self, "_env", None) is not None:
@@ -171,6 +222,34 @@ class ManiSkillGPUVectorEnv(VectorEnv):
             self._env = None
 
     # --------------------------------------------------------------------------------- helpers
+    def _rows_to_reset(self, options: dict[str, Any]) -> list[int]:
+        mask, env_idx = options.pop("reset_mask", None), options.pop("env_idx", None)
+        if mask is not None and env_idx is not None:
+            raise ValueError("options may hold 'reset_mask' or 'env_idx', not both")
+        if mask is not None:
+            mask = np.asarray(mask.cpu() if hasattr(mask, "cpu") else mask)
+            if mask.shape != (self.num_envs,) or mask.dtype != bool:
+                raise ValueError(f"options['reset_mask'] must be a bool array of shape ({self.num_envs},), "
+                                 f"got {mask.dtype} {mask.shape}")
+            return np.flatnonzero(mask).tolist()
+        if env_idx is not None:
+            rows = [int(i) for i in (env_idx.tolist() if hasattr(env_idx, "tolist") else env_idx)]
+            for i in rows:
+                schema.check_index("options['env_idx'] entry", i, self.num_envs)
+            return sorted(set(rows))
+        return list(range(self.num_envs))
+
+    def _seeds(self, seed) -> list[int | None]:
+        """Per-env seeds from ``reset(seed=...)``: gymnasium's rule (int s -> s + i; a list -> one each)."""
+        if seed is None:
+            return [None] * self.num_envs
+        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            return [int(seed) + i for i in range(self.num_envs)]
+        seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            raise ValueError(f"reset(seed=[...]) needs one seed per sub-env ({self.num_envs}), got {len(seeds)}")
+        return [None if s is None else int(s) for s in seeds]
+
     def _check_actions(self, actions):
         """Batched actions as a float32 tensor on the device, clipped, gripper flipped; ValueError if malformed."""
         import torch
@@ -181,16 +260,23 @@ class ManiSkillGPUVectorEnv(VectorEnv):
             raise ValueError(f"actions must have shape {shape} (num_envs, action_dim), got {tuple(actions.shape)}")
         if not bool(torch.isfinite(actions).all()):
             raise ValueError("actions contain NaN or inf; expected finite values in [-1, 1]")
-        actions = actions.clamp(-1.0, 1.0)  # a new tensor: the caller's is never modified
-        if self.flip_gripper:
-            actions[:, -1] = -actions[:, -1]
-        return actions
+        return to_maniskill_action(actions.clamp(-1.0, 1.0), self.flip_gripper)  # clamp: never the caller's tensor
 
-    def _draw_instructions(self, env_indices) -> None:
-        choices = (self.task.instruction, *self.task.paraphrases)
-        for i in env_indices:
-            self._instructions[i] = (choices[int(self._rng.integers(len(choices)))]
-                                     if self.paraphrase_instructions else self.task.instruction)
+    def _infos(self, success: np.ndarray, observed: bool) -> dict[str, Any]:
+        """VLAEnv's info keys (:func:`vla_gym.env.episode_info`) as arrays over the sub-envs, with masks."""
+        infos: dict[str, Any] = {}
+        for key, value in episode_info(self.task, None, 0, False, observed).items():
+            if key == "success":
+                array = success.copy()
+            elif key == "elapsed_steps":
+                array = self._elapsed.copy()
+            elif key == "init_state_id":
+                array = np.full(self.num_envs, None, dtype=object)
+            else:
+                array = np.full(self.num_envs, value, dtype=object if isinstance(value, str) else type(value))
+            infos[key] = array
+            infos[f"_{key}"] = np.ones(self.num_envs, dtype=bool)
+        return infos
 
     def _observation(self) -> dict[str, Any]:
         import torch
@@ -200,24 +286,21 @@ class ManiSkillGPUVectorEnv(VectorEnv):
             images = capture_images(self._env, self._sensor_uids, self.show_goal)
             obs["images"] = {role: images[uid].clone(memory_format=torch.contiguous_format)  # never SAPIEN's buffer
                              for role, uid in zip(self.camera_roles, self._sensor_uids)}
-        obs["state"] = self._state()
-        obs["instruction"] = tuple(self._instructions)
-        return obs
-
-    def _state(self):
-        import torch
-        from mani_skill.utils.geometry.rotation_conversions import (
-            quaternion_to_axis_angle,
-            standardize_quaternion,
-        )
-
         if self.obs_mode == "state":
-            return self._ms_obs.to(torch.float32).clone()
-        agent = self._env.agent
-        pose = agent.tcp_pose.raw_pose  # [N, 7]: position, quaternion wxyz
-        axis_angle = quaternion_to_axis_angle(standardize_quaternion(pose[:, 3:]))
-        return torch.cat([pose[:, :3], axis_angle, agent.robot.get_qpos()[:, -2:]], dim=1).to(torch.float32)
+            obs["state"] = self._ms_obs.to(torch.float32).clone()
+        else:
+            obs["state"] = proprio_state(self._env.agent)
+        obs["instruction"] = tuple(episode.instruction if episode else "" for episode in self._episodes)
+        return obs
 
     def __repr__(self) -> str:
         return f"ManiSkillGPUVectorEnv({self.task.name}, num_envs={self.num_envs}, device={self.device})"
+
+
+def _row(obs: dict[str, Any], i: int) -> dict[str, Any]:
+    """Sub-env ``i``'s observation out of a batched one (tensor rows; the instruction string)."""
+    row: dict[str, Any] = {key: value[i] for key, value in obs.items() if key != "images"}
+    if "images" in obs:
+        row["images"] = {role: image[i] for role, image in obs["images"].items()}
+    return row
 
