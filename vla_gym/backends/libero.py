@@ -159,6 +159,13 @@ class LiberoBackend(Backend):
             self._env.close()
             self._env = None
 
+    @property
+    def robosuite_env(self):
+        """The loaded task's robosuite env (LIBERO's BDDL problem: ``sim``, ``robots``,
+        ``parsed_problem``, ``obj_body_id``), for privileged state such as scripted experts; None
+        before the first reset."""
+        return None if self._env is None else self._env.env
+
     # ----------------------------------------------------------------------------------- observation
     def state(self) -> np.ndarray:
         obs = self._raw_obs
@@ -198,7 +205,7 @@ class LiberoEnv(VLAEnv):
         cameras: camera roles to render, from ``main`` (agentview) and ``wrist`` (eye-in-hand).
         image_size: int or (height, width), default 224.
         max_episode_steps: overrides the suite's limit (spatial 220, object 280, goal 300,
-            libero_10 520, libero_90 and libero_130 400).
+            libero_10 520, libero_90 400; in libero_130 each task keeps its own suite's limit).
         settle_steps: no-op steps after restoring an initial state so objects come to rest (10, as
             in OpenVLA's and openpi's LIBERO evaluation).
         flip: ``vertical`` gives the true view; ``both`` also mirrors left-right, the convention of

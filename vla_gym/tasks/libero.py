@@ -12,8 +12,8 @@ from importlib import resources
 
 from vla_gym.backends.base import TaskSpec
 
-#: the five LIBERO suites in the order LIBERO-130 concatenates them, with the episode limits
-#: the field evaluates them at
+#: the five LIBERO suites in the order LIBERO-130 concatenates them, with the episode limits the
+#: standard evaluation (OpenVLA, openpi) uses; inside LIBERO-130 every task keeps its suite's limit
 SUITE_MAX_STEPS = {
     "libero_spatial": 220,
     "libero_object": 280,
@@ -22,7 +22,6 @@ SUITE_MAX_STEPS = {
     "libero_90": 400,
 }
 LIBERO_130 = "libero_130"
-LIBERO_130_MAX_STEPS = 400
 
 #: registered id -> suite
 ENV_IDS = {
@@ -41,19 +40,23 @@ def _table() -> dict:
 
 
 def suite_tasks(suite: str) -> tuple[TaskSpec, ...]:
-    """The tasks of one suite (or all 130 for ``libero_130``), indexed from 0."""
+    """The tasks of one suite (or all 130 for ``libero_130``), indexed from 0.
+
+    Each task's ``max_episode_steps`` is its own suite's limit (:data:`SUITE_MAX_STEPS`), also
+    inside ``libero_130``: a LIBERO-Long task gets 520 steps there, a LIBERO-Spatial task 220.
+    """
     if suite == LIBERO_130:
-        members = [(name, LIBERO_130_MAX_STEPS) for name in SUITE_MAX_STEPS]
+        members = list(SUITE_MAX_STEPS)
     elif suite in SUITE_MAX_STEPS:
-        members = [(suite, SUITE_MAX_STEPS[suite])]
+        members = [suite]
     else:
         raise ValueError(f"unknown LIBERO suite {suite!r}; choose from {[LIBERO_130, *SUITE_MAX_STEPS]}")
     tasks = []
-    for member, max_steps in members:
+    for member in members:
         for local_index, row in enumerate(_table()[member]):
             tasks.append(TaskSpec(
                 index=len(tasks), suite=member, name=row["name"], instruction=row["instruction"],
-                max_episode_steps=max_steps, num_init_states=row["num_init_states"],
+                max_episode_steps=SUITE_MAX_STEPS[member], num_init_states=row["num_init_states"],
                 extra={"suite_task_index": local_index},
             ))
     return tuple(tasks)

@@ -1,0 +1,88 @@
+"""Scripted LIBERO experts on the real simulator, and LIBERO-130's per-suite episode limits.
+
+Physics only: the envs render one 32 px camera at reset (LIBERO needs one) and never while stepping.
+"""
+import json
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import vla_gym  # noqa: F401  (registers the ids)
+from vla_gym.libero_experts import SUPPORTED, libero_expert
+from vla_gym.tasks.libero import SUITE_MAX_STEPS, suite_tasks
+
+pytest.importorskip("libero.libero")
+
+
+def run_expert(env, task_id: int, init_state_id: int) -> tuple[bool, int]:
+    env.reset(seed=0, options={"task_id": task_id, "init_state_id": init_state_id})
+    expert = libero_expert(env)
+    steps, done, success = 0, False, False
+    while not done:
+        action = expert()
+        assert action.shape == (7,) and action.dtype == np.float32 and np.all(np.abs(action) <= 1)
+        _, _, success, truncated, _ = env.unwrapped.step(action, observe=False)
+        steps += 1
+        done = success or truncated
+    return success, steps
+
+
+@pytest.mark.parametrize("env_id, cases", [
+    ("VLA/LiberoObject-v0", [(1, 0), (6, 3)]),    # cream cheese (flat box), butter
+    ("VLA/LiberoSpatial-v0", [(4, 1), (5, 2)]),   # bowl in the cabinet's drawer, bowl on the ramekin
+])
+def test_expert_solves_sample_tasks(env_id, cases):
+    env = gym.wrappers.RecordEpisodeStatistics(gym.make(env_id, cameras=("main",), image_size=32))
+    try:
+        for task_id, init_state_id in cases:
+            success, steps = run_expert(env, task_id, init_state_id)
+            assert success, f"{env_id} task {task_id} init state {init_state_id}: no success in {steps} steps"
+    finally:
+        env.close()
+
+
+def test_supported_lists_object_and_spatial():
+    assert {suite for suite, _ in SUPPORTED} == {"libero_object", "libero_spatial"}
+    assert len(SUPPORTED) == 20
+    assert ("libero_object", suite_tasks("libero_object")[0].name) in SUPPORTED
+
+
+def test_libero130_keeps_each_suites_limit():
+    tasks = suite_tasks("libero_130")
+    for suite, limit in SUITE_MAX_STEPS.items():
+        assert {t.max_episode_steps for t in tasks if t.suite == suite} == {limit}
+    assert SUITE_MAX_STEPS["libero_10"] == 520 and SUITE_MAX_STEPS["libero_spatial"] == 220
+
+
+def test_libero130_episode_truncates_at_the_suites_limit_and_unsupported_task_raises():
+    env = gym.make("VLA/Libero130-v0", cameras=("main",), image_size=32)
+    try:
+        goal_task = next(t.index for t in env.unwrapped.tasks if t.suite == "libero_goal")
+        env.reset(seed=0, options={"task_id": goal_task, "init_state_id": 0})
+        with pytest.raises(KeyError, match="no scripted LIBERO expert.*libero_object"):
+            libero_expert(env)
+        hold = np.array([0, 0, 0, 0, 0, 0, -1], np.float32)
+        steps, truncated = 0, False
+        while not truncated:
+            *_, truncated, info = env.unwrapped.step(hold, observe=False)
+            steps += 1
+        assert steps == SUITE_MAX_STEPS["libero_goal"] == 300
+    finally:
+        env.close()
+
+
+def test_measure_script_writes_tables(tmp_path):
+    out = tmp_path / "measure"
+    result = subprocess.run(
+        [sys.executable, "scripts/measure_libero_experts.py", "--suites", "libero_object", "--tasks", "0",
+         "--init-states", "1", "--processes", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads((out / "table.json").read_text())
+    assert data["suites"]["libero_object"]["episodes"] == 1
+    assert data["suites"]["libero_object"]["successes"] == 1
+    assert "| libero_object | 0: " in (out / "table.md").read_text()
