@@ -393,7 +393,17 @@ def test_gpu_vector_env_on_cuda():
     assert obs["images"]["main"].shape == (8, 64, 64, 3) and obs["images"]["main"].is_cuda
     assert obs["state"].shape == (8, 8) and len(obs["instruction"]) == 8
     obs, reward, _terminated, _truncated, info = envs.step(torch.zeros(8, 7, device="cuda"))
-    assert reward.shape == (8,) and reward.is_cuda and info["success"].shape == (8,)
+    assert obs["state"].is_cuda and reward.shape == (8,) and info["success"].shape == (8,)  # control signals: numpy
+    envs.close()
+    # sub-env i gets ManiSkill's seed s + i: the batched env is ManiSkill's GPU env reset with that seed list
+    import mani_skill.envs  # noqa: F401
+
+    raw = gym.make("PickCube-v1", num_envs=8, robot_uids="panda_wristcam", control_mode="pd_ee_delta_pose",
+                   reward_mode="normalized_dense", obs_mode="state", sim_backend="gpu")
+    expected = raw.unwrapped.reset(seed=list(range(5, 13)))[0]
+    raw.close()
+    envs = vla_gym.make_vec(PICK, 8, device="cuda", obs_mode="state")
+    torch.testing.assert_close(envs.reset(seed=5)[0]["state"], expected.to(torch.float32), rtol=0, atol=1e-6)
     envs.close()
 
 
