@@ -168,6 +168,20 @@ def test_reader_errors_name_the_fix(tmp_path):
         DemoDataset(tmp_path)
 
 
+def test_jobs_cover_tasks_init_states_and_seeds():
+    from vla_gym.record_demos import env_tasks, plan_jobs
+
+    jobs = plan_jobs(env_tasks("VLA/LiberoObject-v0"), 2, task_ids=[0, 3], first_init_state=10)
+    assert [(j.index, j.task_id, j.init_state_id, j.seed) for j in jobs] == [
+        (0, 0, 10, 10), (1, 0, 11, 11), (2, 3, 10, 10), (3, 3, 11, 11)]
+    jobs = plan_jobs(env_tasks("VLA/ManiSkill-PushCube-v0"), 3, seed=5)
+    assert [(j.index, j.init_state_id, j.seed) for j in jobs] == [(0, None, 5), (1, None, 6), (2, None, 7)]
+    with pytest.raises(ValueError, match="has 0..49"):
+        plan_jobs(env_tasks("VLA/LiberoObject-v0"), 45, first_init_state=10)
+    with pytest.raises(ValueError, match="scripted expert"):
+        plan_jobs(env_tasks("VLA/ManiSkill-PickCube-v0"), 1)   # ManiSkill has a PushCube expert only
+
+
 # ------------------------------------------------------------------------------------ real simulators
 def _demos_command(out, *extra):
     return [sys.executable, "-m", "vla_gym.cli", "demos", "VLA/ManiSkill-PushCube-v0", "--episodes-per-task", "3",
@@ -197,7 +211,8 @@ def test_maniskill_demos_cli_parallel_and_resumed_after_a_kill(tmp_path):
 
     data = DemoDataset(out)
     assert data.num_episodes == summary["solved"] >= 2 and len(data) == summary["frames"]
-    assert [e["seed"] for e in data.episodes] == sorted(e["seed"] for e in data.episodes)  # job order, not finish order
+    seeds = [e["seed"] for e in data.episodes]
+    assert seeds == sorted(set(seeds)) and set(seeds) <= {0, 1, 2}  # distinct episodes, in job order
     frame = data[0]
     assert frame["images"]["main"].shape == (32, 32, 3) and frame["state"].shape == (8,)
     assert "cube" in frame["instruction"] and frame["init_state_id"] == -1

@@ -104,6 +104,26 @@ class GRPOConfig:
 
 
 @dataclass
+class SFTConfig:
+    """Behaviour cloning (trainers/sft.py). An SFT update is one optimizer step: checkpoint.every, eval.every and
+    logging.log_interval count them."""
+
+    #: LeRobot v3 dataset directory (``vla-gym demos ENV_ID --out DIR``)
+    dataset: str | None = None
+    #: passes over the dataset
+    epochs: int = 10
+    #: stop after this many optimizer steps (null: epochs decide); short runs
+    max_steps: int | None = None
+    #: frames per optimizer step over all ranks (a multiple of the number of processes)
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    weight_decay: float = 0.0
+    max_grad_norm: float | None = 1.0
+    adam_eps: float = 1e-8
+
+
+@dataclass
 class WandbConfig:
     enabled: bool = False
     project: str = "vla_gym"
@@ -163,6 +183,7 @@ class Config:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

@@ -79,16 +79,18 @@ def plan_jobs(tasks: Sequence, episodes_per_task: int, seed: int = 0, task_ids: 
     if not with_expert:
         raise ValueError(f"none of the {len(chosen)} chosen tasks has a scripted expert "
                          f"(e.g. {chosen[0].suite}/{chosen[0].name}); see vla_gym/demos.py")
-    jobs = []
+    jobs: list[DemoJob] = []
     for task in with_expert:
         if task.num_init_states:
             ids = range(first_init_state, first_init_state + episodes_per_task)
             if ids.start < 0 or ids.stop > task.num_init_states:
                 raise ValueError(f"initial states {ids.start}..{ids.stop - 1} asked, but task {task.name!r} has "
                                  f"0..{task.num_init_states - 1}: lower --first-init-state / --episodes-per-task")
-            jobs += [DemoJob(len(jobs), task.index, i, seed + i) for i in ids]
+            starts = [(i, seed + i) for i in ids]
         else:
-            jobs += [DemoJob(len(jobs), task.index, None, seed + k) for k in range(episodes_per_task)]
+            starts = [(None, seed + k) for k in range(episodes_per_task)]
+        for init_state_id, episode_seed in starts:
+            jobs.append(DemoJob(len(jobs), task.index, init_state_id, episode_seed))
     return jobs
 
 
@@ -189,10 +191,14 @@ def record_demos(env_id: str, out: str | os.PathLike, episodes_per_task: int = 1
             context = multiprocessing.get_context("spawn")  # a fork after SAPIEN / EGL start-up hangs (FACTS)
             with concurrent.futures.ProcessPoolExecutor(min(workers, len(pending)), mp_context=context) as pool:
                 futures = [pool.submit(run_job, env_id, env_kwargs, job, *args) for job in pending]
-                for future in concurrent.futures.as_completed(futures):
-                    marker = future.result()
-                    markers[marker["index"]] = marker
-                    _show(bar, markers, advance=True)
+                try:
+                    for future in concurrent.futures.as_completed(futures):
+                        marker = future.result()
+                        markers[marker["index"]] = marker
+                        _show(bar, markers, advance=True)
+                except BaseException:
+                    pool.shutdown(wait=False, cancel_futures=True)  # a failed job (or Ctrl-C) stops the run now
+                    raise
     finally:
         _close_worker_envs()
         if bar is not None:

@@ -61,6 +61,15 @@ class Policy(nn.Module):
     def forward(self, obs: Obs, actions: torch.Tensor):
         return self.evaluate(obs, actions)
 
+    def imitation_loss(self, obs: Obs, expert_actions: torch.Tensor) -> torch.Tensor:
+        """Behaviour-cloning loss (scalar, with grad) of expert ``actions`` ``[B, *action_shape]`` (trainers/sft.py).
+
+        Each family defines its own: the negative log-likelihood here for distribution heads, token cross-entropy
+        (action tokens), L1 of the chunk (OFT), MSE of the mean (the small CPU policy), flow matching (PI0).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no imitation_loss(obs, expert_actions): add one to "
+                                  "train it with trainers/sft.py")
+
     def update_statistics(self, obs: Obs, reduce=None) -> None:
         """Called by the trainer after each update with that rollout's observations (e.g. to update running
         observation normalisation); ``reduce`` sums a tensor over ranks. Default: nothing."""
@@ -110,3 +119,10 @@ class DistributionPolicy(Policy):
     def evaluate(self, obs: Obs, actions: torch.Tensor):
         dist, values = self._heads(obs)
         return dist.log_prob(actions), dist.entropy(), values
+
+    def imitation_loss(self, obs: Obs, expert_actions: torch.Tensor) -> torch.Tensor:
+        """Negative log-likelihood of the expert's actions under the action distribution (mean over the batch)."""
+        dist, _ = self._heads(obs)
+        target = expert_actions.to(dist.mode().device)
+        target = target.reshape(dist.mode().shape) if target.is_floating_point() else target
+        return -dist.log_prob(target).mean()

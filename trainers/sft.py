@@ -1,0 +1,298 @@
+"""Supervised fine-tuning (behaviour cloning) of any vla_gym policy on a demonstration dataset, under torchrun.
+
+    vla-gym demos VLA/LiberoObject-v0 --episodes-per-task 20 --image-size 128 --out data/libero_object
+    python trainers/sft.py --config examples/configs/libero_small_sft.yaml sft.dataset=data/libero_object
+    torchrun --nproc_per_node=2 trainers/sft.py --config examples/configs/libero_small_sft.yaml
+    python trainers/grpo.py --config examples/configs/libero_small_grpo.yaml grpo.init_checkpoint=runs/libero_small_sft/final.pt
+
+    >>> from vla_gym.trainers.sft import SFT
+    >>> sft = SFT.from_config(load_config("examples/configs/maniskill_small_sft.yaml"))    # doctest: +SKIP
+    >>> sft.learn().last_metrics["train/loss"]                                            # doctest: +SKIP
+
+The dataset is a LeRobot v3 directory (:class:`vla_gym.dataset.DemoDataset`, ``sft.dataset``). The policy is
+``policy.name`` / ``policy.kwargs`` built for ``env.*`` (the env whose spaces the policy acts in, and where it is
+evaluated); each optimizer step minimises the policy's own ``imitation_loss`` on ``sft.batch_size`` frames
+(split over the ranks, gradients all-reduced by DDP): token cross-entropy (action tokens), L1 of the chunk (OFT),
+PI0's flow-matching loss, MSE of the Gaussian mean (the small CPU policy), the negative log-likelihood (mlp, cnn).
+When ``env.wrappers`` holds an ``ActionChunk`` of K steps, the labels are K-step chunks of the same episode from
+each frame on (padded with its last action; :meth:`DemoDataset.action_chunk`). LoRA, freezing and dtype are the
+policy's options (``policy.kwargs.lora``).
+
+The run directory, resume, logging (TensorBoard, progress bar) and checkpoint cadence are
+:class:`~vla_gym.trainers.run.TrainingRun`'s (``checkpoint.every``, ``logging.log_interval`` and ``eval.every``
+count optimizer steps); evaluation in the env is :class:`~vla_gym.trainers.periodic_eval.TrainingEvaluator`'s
+(``eval.episodes`` fixed seeds, greedy; a final one into ``eval/eval.md``). Checkpoints hold what PPO/GRPO
+checkpoints hold (policy name, kwargs, spaces, trained parameters), so ``grpo.init_checkpoint``,
+``trainers/eval.py --checkpoint`` and :func:`~vla_gym.trainers.checkpoint.load_policy` take them; the run's
+last one is also copied to ``{run_dir}/{name}/final.pt``. A killed run continues from its newest checkpoint,
+mid-epoch (the shuffle of every epoch is fixed by ``seed``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from vla_gym.trainers.batch import to_torch
+from vla_gym.trainers.checkpoint import atomic_save, rng_state, set_rng_state
+from vla_gym.trainers.config import Config
+from vla_gym.trainers.distributed import Distributed
+from vla_gym.trainers.envs import make_envs
+from vla_gym.trainers.periodic_eval import TrainingEvaluator
+from vla_gym.trainers.policies import Policy, make_policy
+from vla_gym.trainers.run import TrainingRun
+
+
+class ImitationObjective(nn.Module):
+    """``forward(obs, actions)`` is the policy's ``imitation_loss``, so DDP synchronises exactly that pass."""
+
+    def __init__(self, policy: Policy):
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, obs: Any, actions: torch.Tensor) -> torch.Tensor:
+        return self.policy.imitation_loss(obs, actions)
+
+
+def check_dataset_fits(data, observation_space, action_space) -> dict[str, Any]:
+    """What the dataset must match for a policy of these spaces; returns ``{cameras, chunk}`` or raises naming
+    the fix (record the demos with other settings, or change ``env.kwargs`` / ``env.wrappers``)."""
+    images = observation_space["images"].spaces if "images" in observation_space.spaces else {}
+    missing = [role for role in images if role not in data.cameras]
+    if missing:
+        raise ValueError(f"the env observes cameras {sorted(images)} but the dataset {data.root} has {data.cameras}: "
+                         "set env.kwargs.cameras to cameras the dataset has (or record demos with --cameras)")
+    for role, space in images.items():
+        shape = tuple(data.features[f"observation.images.{role}"]["shape"])
+        if shape != tuple(space.shape):
+            raise ValueError(f"camera {role!r}: the dataset's frames are {shape}, the env's {tuple(space.shape)}: "
+                             f"set env.kwargs.image_size={shape[0]} (or record demos with --image-size)")
+    if "state" in observation_space.spaces and data.state.shape[1] != observation_space["state"].shape[0]:
+        raise ValueError(f"the dataset's state has {data.state.shape[1]} dims, the env's "
+                         f"{observation_space['state'].shape[0]}: they come from different envs")
+    shape = tuple(action_space.shape)
+    chunk = shape[0] if len(shape) == 2 else None
+    if shape[-1] != data.action_dim:
+        raise ValueError(f"the dataset's actions have {data.action_dim} dims, the env's {shape[-1]}")
+    return {"cameras": list(images), "chunk": chunk}
+
+
+class SFT:
+    """Behaviour cloning from a demonstration dataset (module docstring)."""
+
+    algo = "sft"
+
+    def __init__(self, cfg: Config, dist: Distributed | None = None, write_run: bool = True):
+        from vla_gym.dataset import DemoDataset
+
+        self.cfg, self.hp = cfg, cfg.sft
+        if not self.hp.dataset:
+            raise ValueError("sft.dataset is not set: record one with `vla-gym demos ENV_ID --out DIR` and pass "
+                             "sft.dataset=DIR")
+        self.dist = dist or Distributed.from_env(cfg.device)
+        self.device = self.dist.device
+        if cfg.torch_threads:
+            torch.set_num_threads(cfg.torch_threads)
+        self.per_rank_batch = self.dist.shard(self.hp.batch_size, "sft.batch_size")
+        self.data = DemoDataset(self.hp.dataset)
+        probe = make_envs(cfg.env, 1)
+        observation_space, action_space = probe.single_observation_space, probe.single_action_space
+        probe.close()
+        self.layout = check_dataset_fits(self.data, observation_space, action_space)
+        torch.manual_seed(cfg.seed)  # the same initial parameters on every rank
+        self.policy = make_policy(cfg.policy.name, observation_space, action_space, **cfg.policy.kwargs).to(self.device)
+        self.model = self.dist.wrap(ImitationObjective(self.policy), find_unused_parameters=True)
+        self._params = [p for p in self.policy.parameters() if p.requires_grad]
+        if not self._params:
+            raise ValueError(f"policy {cfg.policy.name} has no trainable parameters (check policy.kwargs)")
+        self.optimizer = torch.optim.AdamW(self._params, lr=self.hp.learning_rate, eps=self.hp.adam_eps,
+                                           weight_decay=self.hp.weight_decay)
+        self.steps_per_epoch = max(1, len(self.data) // self.hp.batch_size)
+        total = self.steps_per_epoch * self.hp.epochs
+        self.total_steps = min(total, self.hp.max_steps) if self.hp.max_steps is not None else total
+        self.num_updates = 0
+        self.frames_seen = 0
+        self.last_metrics: dict[str, float] = {}
+        self.last_eval: dict[str, Any] | None = None
+        self.run = TrainingRun(cfg, self.dist, cfg.path if write_run else None)
+        self.evaluator = TrainingEvaluator(cfg, self.dist, self.run)
+        self.run_path = self.run.path
+
+    @classmethod
+    def from_config(cls, cfg: Config, dist: Distributed | None = None, write_run: bool = True) -> SFT:
+        return cls(cfg, dist, write_run)
+
+    # -------------------------------------------------------------------------------------- data
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The frame order of ``epoch`` (the same on every rank, fixed by ``seed``: resume finds its place)."""
+        return np.random.default_rng([self.cfg.seed, epoch]).permutation(len(self.data))
+
+    def batch_rows(self, update: int) -> list[int]:
+        """This rank's frames for optimizer step ``update`` (0-based)."""
+        epoch, step = divmod(update, self.steps_per_epoch)
+        rows = self.epoch_order(epoch)[step * self.hp.batch_size:(step + 1) * self.hp.batch_size]
+        return rows[self.dist.rank::self.dist.world_size].tolist()
+
+    def load_batch(self, rows: list[int]) -> tuple[Any, torch.Tensor]:
+        obs, actions, _ = self.data.batch(rows, chunk=self.layout["chunk"], cameras=self.layout["cameras"])
+        if not self.layout["cameras"]:
+            obs.pop("images")
+        return to_torch(obs, self.device), torch.from_numpy(actions).to(self.device)
+
+    # -------------------------------------------------------------------------------------- loop
+    def learn(self) -> SFT:
+        """Train for ``sft.epochs`` (or ``sft.max_steps``) optimizer steps, evaluating and checkpointing as
+        configured; returns self."""
+        from vla_gym.trainers.algorithm import schedule
+
+        run, hp = self.run, self.hp
+        start = run.start_clock()
+        resume = run.open(self.device)
+        if resume is not None:
+            self.load_state(resume[1], restore_rng=True)
+            if self.dist.is_main:
+                print(f"resumed from {resume[0]} at step {self.num_updates}", flush=True)
+        run.start_logging(self.total_steps, initial_step=self.num_updates)
+        first = self.num_updates
+        max_norm = hp.max_grad_norm if hp.max_grad_norm is not None else math.inf
+        self.policy.train()
+        try:
+            while self.num_updates < self.total_steps and not run.out_of_time():
+                t0 = time.perf_counter()
+                lr = hp.learning_rate * schedule(hp.lr_schedule, self.num_updates / self.total_steps)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr
+                rows = self.batch_rows(self.num_updates)
+                obs, actions = self.load_batch(rows)
+                t1 = time.perf_counter()
+                loss = self.model(obs, actions)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self._params, max_norm)
+                self.optimizer.step()
+                self.num_updates += 1
+                self.frames_seen += len(rows) * self.dist.world_size
+                now = time.perf_counter()
+                metrics = self.dist.mean({"train/loss": loss.item(), "train/grad_norm": grad_norm.item()})
+                metrics.update({
+                    "train/lr": lr, "train/epoch": self.num_updates / self.steps_per_epoch,
+                    "time/load_s": t1 - t0, "time/step_s": now - t1,
+                    "time/total_fps": (self.num_updates - first) * hp.batch_size / max(now - start, 1e-9),
+                })
+                self.last_metrics = metrics
+                run.report_update(metrics, self.num_updates, self.num_updates)
+                if run.checkpoint_due(self.num_updates):
+                    self.save_checkpoint()
+                if self.evaluator.due(self.num_updates):
+                    self.evaluate(self.cfg.eval.episodes)
+            self._finish()
+        finally:
+            run.stop_logging()
+        return self
+
+    def evaluate(self, episodes: int, report_dir: pathlib.Path | None = None) -> dict[str, Any]:
+        """Collective: greedy episodes in the env (``eval.*``), logged at the current step."""
+        self.policy.eval()
+        try:
+            self.last_eval = self.evaluator.evaluate(self.policy, episodes, self.num_updates, self.num_updates,
+                                                     report_dir=report_dir)
+        finally:
+            self.policy.train()
+        return self.last_eval
+
+    def _finish(self) -> None:
+        path = self.save_checkpoint() if self.run.checkpointer is not None else None
+        if self.dist.is_main and path is not None:
+            atomic_save(self.state_dict(), self.run.path / "final.pt")
+        if self.run.path is not None and self.cfg.eval.episodes > 0:
+            self.evaluate(self.cfg.eval.episodes, report_dir=self.run.path / "eval")
+            if self.cfg.eval.video and self.dist.is_main:
+                self.policy.eval()
+                self.last_eval["videos"] = self.evaluator.record_videos(
+                    self.policy, self.cfg.eval.video_episodes, self.run.path / "eval" / "videos")
+
+    # ------------------------------------------------------------------------------- checkpoints
+    def state_dict(self, rng: list[Any] | None = None) -> dict[str, Any]:
+        """What a PPO/GRPO checkpoint holds (so they and load_policy take it), with SFT's counters."""
+        return {
+            "algo": self.algo, "config": dataclasses.asdict(self.cfg), "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "counters": {"num_timesteps": 0, "num_updates": self.num_updates, "frames_seen": self.frames_seen},
+            "observation_space": self.policy.observation_space, "action_space": self.policy.action_space,
+            "policy_name": self.cfg.policy.name, "policy_kwargs": dict(self.cfg.policy.kwargs),
+            "rng": rng, "extra": {"dataset": str(self.data.root), "last_loss": self.last_metrics.get("train/loss")},
+        }
+
+    def load_state(self, state: dict[str, Any], restore_rng: bool = False) -> None:
+        if state.get("algo") != self.algo:
+            raise ValueError(f"checkpoint.resume: a {str(state.get('algo')).upper()} checkpoint cannot resume SFT; "
+                             "to start SFT from its weights, load them into policy.kwargs (or set checkpoint.resume=null)")
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.num_updates = state["counters"]["num_updates"]
+        self.frames_seen = state["counters"].get("frames_seen", 0)
+        if restore_rng and state.get("rng"):
+            set_rng_state(state["rng"][self.dist.rank % len(state["rng"])])
+
+    def save_checkpoint(self) -> pathlib.Path | None:
+        """Collective (gathers RNG states); rank 0 writes ``checkpoints/ckpt_<step>.pt`` atomically."""
+        rng = self.dist.gather_objects(rng_state())
+        if not self.dist.is_main or self.run.checkpointer is None:
+            return None
+        return self.run.checkpointer.save(self.state_dict(rng), self.num_updates)
+
+    def close(self) -> None:
+        self.evaluator.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from vla_gym.trainers.launch import parse_args
+    from vla_gym.trainers.config import ConfigError, load_config
+
+    args = parse_args(argv, "Behaviour cloning (SFT) on a LeRobot v3 demonstration dataset (see docs/sft.md)")
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        import yaml
+
+        print(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+        return 0
+    dist = Distributed.from_env(cfg.device)
+    try:
+        sft = SFT.from_config(cfg, dist=dist)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"sft: {exc}", file=sys.stderr)
+        dist.close()
+        return 2
+    try:
+        sft.learn()
+        if dist.is_main:
+            lines = [f"run directory: {sft.run_path}",
+                     f"  loss:        {sft.last_metrics.get('train/loss', float('nan')):.4f} after "
+                     f"{sft.num_updates} steps ({sft.num_updates / sft.steps_per_epoch:.1f} epochs)"]
+            if sft.run_path is not None:
+                lines.append(f"  checkpoint:  {sft.run_path / 'final.pt'}   (grpo.init_checkpoint=...)")
+                if cfg.logging.tensorboard:
+                    lines.append(f"  tensorboard: tensorboard --logdir {sft.run_path / 'tensorboard'}")
+            if sft.last_eval:
+                overall = sft.last_eval["overall"]
+                lines.append(f"  evaluation:  success {overall['success_rate']:.3f} over {overall['episodes']} "
+                             "episodes")
+            print("\n".join(lines), flush=True)
+    finally:
+        sft.close()
+        dist.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
