@@ -24,7 +24,6 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from vla_gym.episodes import Episode, EpisodeCounter, episode_sums
-from vla_gym.trainers.advantages import gae
 from vla_gym.trainers.batch import stack, to_torch
 from vla_gym.trainers.buffer import RolloutBuffer
 from vla_gym.trainers.envs import autoreset_mode, env_attr
@@ -92,7 +91,7 @@ class RolloutCollector:
             actions, log_probs, values = policy.act(self.obs)
             if pending.any():
                 rows = torch.from_numpy(pending)
-                buffer.rewards[t - 1, rows] += gamma * values[rows.to(values.device)].to(buffer.device)
+                buffer.bootstrap(t - 1, rows, gamma * values[rows.to(values.device)])
             next_obs, rewards, terminated, truncated, infos = self.envs.step(policy.env_actions(actions))
             dones = terminated | truncated
             valid = self.tracker.step(rewards, terminated, truncated, infos)
@@ -113,10 +112,6 @@ class RolloutCollector:
         last_values = policy.value(self.obs).float()
         if pending.any():
             rows = torch.from_numpy(pending)
-            buffer.rewards[-1, rows] += gamma * last_values[rows.to(last_values.device)].to(buffer.device)
-        advantages, returns = gae(
-            buffer.rewards, buffer.values, buffer.dones, last_values.to(buffer.device), gamma, self.gae_lambda,
-        )
-        buffer.advantages.copy_(advantages)  # in place: the buffer's tensors stay usable by autograd
-        buffer.returns.copy_(returns)
+            buffer.bootstrap(buffer.n_steps - 1, rows, gamma * last_values[rows.to(last_values.device)])
+        buffer.compute_gae(last_values, gamma, self.gae_lambda)
         return {"reward_sum": reward_sum, "reward_count": reward_count}
