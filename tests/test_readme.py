@@ -1,0 +1,258 @@
+"""Every command and code block in README.md runs, in a short form.
+
+Commands: every line of a ```bash block that starts with ``torchrun``, ``python``, ``python3`` or ``vla-gym``
+(``a && b`` counts as two lines, ``\\``-continued lines as one) must be a key of ``SHORT_FORMS`` (or of
+``NOT_RUN``, with the reason); a new README command fails ``test_every_readme_command_has_a_short_form`` with
+"add a short form for: <cmd>". A short form is the README command with tokens replaced and arguments appended;
+a ``--config`` command also gets its config's short form (tests/short_runs.py: one update, one env per
+process, tiny models). They run in one working directory that mirrors the checkout, so the README's relative
+paths (``runs/...``) work, and a command may need another to run first (the checkpoint the GRPO command starts
+from comes from the main job). ``torchrun`` on one node gets ``--standalone`` (a free port).
+
+Python blocks: each runs in a fresh ``python -c`` (after ``PRELUDE``, so a block may use the names the blocks
+above it imported) with the replacements of ``PYTHON_BLOCKS``, keyed by the block's first line that is not an
+import (see ``block_id``). A block that
+makes a BEHAVIOR env must fail with the clear "needs Isaac Sim" error (no machine here can run it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+import shlex
+
+import pytest
+
+from short_runs import (
+    ROOT,
+    assert_ok,
+    config_short_form,
+    executable,
+    free_port,
+    run_command,
+    start_command,
+    tiny_vlms,
+    trainer_script,
+)
+
+README = ROOT / "README.md"
+RUN_PROGRAMS = ("torchrun", "python", "python3", "vla-gym")
+#: first words of README lines that are not run (installation, viewers)
+IGNORED_PROGRAMS = ("bash", "pip", "tensorboard", "apt", "apt-get", "sudo", "git", "cd", "export", "conda")
+MAIN_JOB = "torchrun --nproc_per_node=2 trainers/ppo.py --config examples/configs/maniskill_pushcube_ppo.yaml"
+
+
+@dataclasses.dataclass(frozen=True)
+class Short:
+    """How to shorten one README command."""
+    extra: tuple[str, ...] = ()              # appended (after the config's short form, so they win)
+    replace: tuple[tuple[str, str], ...] = ()  # (old, new) substrings of the command; {port}: a free port
+    needs: str | None = None                 # a README command that must have run first (same working dir)
+    copies: int = 1                          # start this many at once (the nodes of a multi-node command)
+    expect_files: tuple[str, ...] = ()       # globs (relative to the working dir) that must match afterwards
+    #: ``python trainers/<algo>.py --config <config>`` and nothing else: tests/test_examples.py runs exactly this
+    #: command's short form for every config, so it is checked to be that command and not run twice
+    same_as_config_test: bool = False
+
+
+# README command (as written, comments dropped, whitespace collapsed) -> its short form
+SHORT_FORMS = {
+    MAIN_JOB: Short(
+        extra=("eval.episodes=2", "eval.video=true", "eval.video_episodes=1", "eval.num_envs=1"),
+        expect_files=("runs/maniskill_pushcube_ppo/checkpoints/ckpt_*.pt", "runs/maniskill_pushcube_ppo/config.yaml",
+                      "runs/maniskill_pushcube_ppo/eval/eval.md", "runs/maniskill_pushcube_ppo/eval/videos/*.mp4")),
+    "torchrun --nproc_per_node=2 trainers/grpo.py --config examples/configs/maniskill_pushcube_grpo.yaml "
+    "grpo.init_checkpoint=runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000300.pt": Short(
+        replace=(("ckpt_00000300.pt", "ckpt_00000001.pt"),), needs=MAIN_JOB,
+        expect_files=("runs/maniskill_pushcube_grpo/checkpoints/ckpt_*.pt",)),
+    "python trainers/eval.py --checkpoint runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000300.pt --num-envs 4": Short(
+        replace=(("ckpt_00000300.pt", "ckpt_00000001.pt"), ("--num-envs 4", "--num-envs 1")),
+        extra=("--episodes-per-task", "2"),
+        needs=MAIN_JOB, expect_files=("runs/maniskill_pushcube_ppo/eval-ckpt_00000001/eval.md",)),
+    # two nodes on this machine: two launchers meet at one c10d endpoint, one process each
+    "torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=HOST:29500 trainers/grpo.py "
+    "--config examples/configs/libero_10_grpo.yaml": Short(
+        replace=(("--nproc_per_node=8", "--nproc_per_node=1"), ("HOST:29500", "127.0.0.1:{port}")), copies=2,
+        expect_files=("runs/libero_10_grpo/checkpoints/ckpt_*.pt",)),
+    "torchrun --nproc_per_node=8 trainers/grpo.py --config examples/configs/libero_vla_tokens_grpo.yaml "
+    "policy.kwargs.model=/checkpoints/my-paligemma-sft": Short(
+        replace=(("--nproc_per_node=8", "--nproc_per_node=1"),),  # the model: a tiny PaliGemma (config short form)
+        expect_files=("runs/libero_vla_tokens_grpo/checkpoints/ckpt_*.pt",)),
+    "python trainers/ppo.py --config examples/configs/maniskill_small_ppo.yaml": Short(same_as_config_test=True),
+}
+# README commands that are not run here, with the reason (a test file named in the reason must run the command)
+NOT_RUN = {
+    "python3 -m pytest": "the test suite itself",
+    "python3 -m pytest -m slow": "the test suite itself (its slow part)",
+    "python examples/sft_then_rl.py --out runs/sft_then_rl":
+        "its short form is run by the script's own test, tests/test_vla_demos.py",
+}
+
+# python blocks: first line -> (replacements, prelude lines, expectation: "ok", "isaac" or "error:<words>")
+PRELUDE = "import gymnasium as gym\nimport vla_gym\nfrom vla_gym.wrappers import *  # noqa: F403\n"
+PYTHON_BLOCKS = {
+    'env = gym.make("VLA/ManiSkill-PickCube-v0")': {
+        # the last line needs CUDA: on a machine without it, the block must end with the error that says so
+        "expect": "error:needs a CUDA GPU",
+    },
+    'envs = vla_gym.make_vec("VLA/ManiSkill-PickCube-v0", 8, vectorization="async",': {
+        "replace": (('"VLA/ManiSkill-PickCube-v0", 8,', '"VLA/ManiSkill-PickCube-v0", 2,'),),
+    },
+    'model = PPO("mlp", "CartPole-v1", num_envs=8, n_steps=32, batch_size=256, n_epochs=20, learning_rate=1e-3)': {
+        "replace": (("model.learn(100_000)", "model.learn(512)"),),
+        # the block uses an observation it does not make (obs): give it one
+        "prelude": 'obs, _ = gym.make("CartPole-v1").reset(seed=0)\n',
+    },
+}
+
+
+# ------------------------------------------------------------------------------------------------ parsing
+def fenced_blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"^```{language}[ \t]*\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def readme_commands(text: str) -> list[str]:
+    """The bash lines of README.md, continuation lines joined, comments dropped, ``&&`` split, in order."""
+    commands = []
+    for block in fenced_blocks(text, "bash"):
+        for line in block.replace("\\\n", " ").splitlines():
+            tokens = shlex.split(line, comments=True)
+            while tokens:
+                part, tokens = (tokens[:tokens.index("&&")], tokens[tokens.index("&&") + 1:]) \
+                    if "&&" in tokens else (tokens, [])
+                if part:
+                    commands.append(" ".join(part))
+    return list(dict.fromkeys(commands))  # once each, first occurrence first
+
+
+def runnable_commands() -> list[str]:
+    return [c for c in readme_commands(README.read_text()) if c.split()[0] in RUN_PROGRAMS]
+
+
+def python_blocks() -> list[str]:
+    return fenced_blocks(README.read_text(), "python")
+
+
+def block_id(block: str) -> str:
+    """A block's name: its first line that is not an import, without its comment."""
+    lines = [line.split("  #")[0].strip() for line in block.strip().splitlines()]
+    return next((line for line in lines if line and not line.startswith(("import ", "from "))), lines[0])
+
+
+# ------------------------------------------------------------------------------------------------ running
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A directory that mirrors the checkout (symlinks), so README paths work and runs/ lands in a tmp dir."""
+    work = tmp_path_factory.mktemp("readme")
+    for entry in ROOT.iterdir():
+        if entry.name not in ("runs", "videos", ".git") and not entry.name.startswith(".pytest"):
+            (work / entry.name).symlink_to(entry)
+    return work
+
+
+@pytest.fixture(scope="module")
+def runner(workdir, tmp_path_factory):
+    done: dict[str, object] = {}
+
+    def run(command: str):
+        if command not in done:
+            short = SHORT_FORMS[command]
+            if short.needs:
+                assert_ok(run(short.needs), f"{short.needs} (needed by {command})")
+            done[command] = run_short(command, short, workdir, tmp_path_factory)
+        return done[command]
+
+    return run
+
+
+def short_argv(command: str, short: Short, models_base) -> list[str]:
+    port = str(free_port())
+    for old, new in short.replace:
+        assert old in command, f"README command changed: {old!r} not in {command!r}; update SHORT_FORMS"
+        command = command.replace(old, new.replace("{port}", port))
+    program, *args = shlex.split(command)
+    if program == "torchrun" and not any(arg.startswith("--nnodes") for arg in args):
+        args = ["--standalone", *args]
+    if "--config" in args:
+        config = ROOT / args[args.index("--config") + 1]
+        nproc = 1
+        if program == "torchrun":
+            flags = dict(arg.lstrip("-").split("=", 1) for arg in args if arg.startswith("--") and "=" in arg)
+            nproc = int(flags.get("nnodes", 1)) * int(flags.get("nproc_per_node", 1))
+        import yaml
+
+        policy = (yaml.safe_load(config.read_text()).get("policy") or {}).get("name", "")
+        models = tiny_vlms(models_base) if "vla_" in policy and "vla_small" not in policy else {}
+        args += config_short_form(config, "runs", models, nproc)
+    return [*executable(program), *args, *short.extra]
+
+
+def run_short(command: str, short: Short, workdir, tmp_path_factory):
+    argv = short_argv(command, short, tmp_path_factory.getbasetemp())
+    if short.copies == 1:
+        return run_command(argv, cwd=workdir, timeout=480)
+    processes = [start_command(argv, cwd=workdir) for _ in range(short.copies)]
+    results = []
+    import subprocess
+
+    for process in processes:
+        stdout, stderr = process.communicate(timeout=480)
+        results.append(subprocess.CompletedProcess(argv, process.returncode, stdout, stderr))
+    failed = [r for r in results if r.returncode != 0]
+    return failed[0] if failed else results[0]
+
+
+# ------------------------------------------------------------------------------------------------ tests
+def test_the_parser_reads_the_readme():
+    commands = readme_commands(README.read_text())
+    assert MAIN_JOB in commands, "the README's main job (torchrun, 2 processes) is not found by the parser"
+    assert not any(c.startswith("#") or "\\" in c for c in commands)
+    assert python_blocks(), "no ```python blocks found"
+
+
+def test_every_readme_command_has_a_short_form():
+    missing = [c for c in readme_commands(README.read_text())
+               if c.split()[0] in RUN_PROGRAMS and c not in SHORT_FORMS and c not in NOT_RUN]
+    assert not missing, "\n".join(f"add a short form for: {c}" for c in missing)
+    unknown = [c for c in readme_commands(README.read_text()) if c.split()[0] not in RUN_PROGRAMS + IGNORED_PROGRAMS]
+    assert not unknown, f"README lines of no known kind (run them or add them to IGNORED_PROGRAMS): {unknown}"
+
+
+def test_commands_not_run_here_are_run_elsewhere():
+    for command, reason in NOT_RUN.items():
+        for test_file in re.findall(r"tests/\w+\.py", reason):
+            script = shlex.split(command)[1]
+            assert script in (ROOT / test_file).read_text(), f"{test_file} does not run {script} ({command})"
+
+
+@pytest.mark.parametrize("command", [c for c in runnable_commands() if c in SHORT_FORMS])
+def test_readme_command(command, runner, workdir):
+    if SHORT_FORMS[command].same_as_config_test:
+        program, script, flag, config = shlex.split(command)
+        assert program in ("python", "python3") and flag == "--config", command
+        assert script == trainer_script(ROOT / config) and (ROOT / config).is_file(), command
+        return  # tests/test_examples.py::test_config_runs_one_update runs this very command's short form
+    assert_ok(runner(command))
+    for pattern in SHORT_FORMS[command].expect_files:
+        assert list(workdir.glob(pattern)), f"{command}: nothing matches {pattern}"
+
+
+@pytest.mark.parametrize("block", python_blocks(), ids=block_id)
+def test_readme_python_block(block, workdir):
+    rules = PYTHON_BLOCKS.get(block_id(block), {})
+    code = block
+    for old, new in rules.get("replace", ()):
+        assert old in code, f"README block changed: {old!r} not in it; update PYTHON_BLOCKS"
+        code = code.replace(old, new)
+    expect = rules.get("expect", "isaac" if "VLA/Behavior" in block else "ok")
+    result = run_command([*executable("python"), "-c", PRELUDE + rules.get("prelude", "") + code], cwd=workdir,
+                         timeout=300)
+    if expect == "ok":
+        assert_ok(result, f"README python block starting {block_id(block)!r}")
+    elif expect == "isaac":
+        assert result.returncode != 0 and "BehaviorUnavailableError" in result.stderr, result.stderr[-3000:]
+        assert "Isaac Sim" in result.stderr and "OmniGibson" in result.stderr
+    else:
+        words = expect.removeprefix("error:")
+        assert result.returncode != 0 and words in result.stderr, (
+            f"expected an error with {words!r}, got rc={result.returncode}:\n{result.stderr[-3000:]}")
