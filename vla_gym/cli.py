@@ -1,6 +1,6 @@
 """The ``vla-gym`` command.
 
-    vla-gym list                  # every registered id, its backend, suite size, importable here?
+    vla-gym list                  # every registered id, its backend, suite size, runnable offline here?
     vla-gym list --backend libero
     vla-gym check                 # are the rendering system packages there?
     vla-gym demos VLA/LiberoObject-v0 --episodes-per-task 20 --out data/x --workers 2   # expert demos (LeRobot v3)
@@ -16,23 +16,49 @@ from vla_gym.registry import ENTRIES
 INSTALL_HINTS = {"behavior": "needs Isaac Sim + OmniGibson: docs/behavior.md"}
 
 
+def missing_downloads(entry) -> list[str]:
+    """ManiSkill ids among ``entry``'s tasks whose assets are not downloaded (empty for other backends)."""
+    if entry.backend != "maniskill":
+        return []
+    from vla_gym.tasks.maniskill import TASKS
+
+    needing = [TASKS[name][0] for name in entry.kwargs.get("tasks", ()) if TASKS[name][2]]
+    if not needing:
+        return []
+    from vla_gym.backends.maniskill import missing_assets  # imports mani_skill's asset table, no simulator
+
+    return [maniskill_id for maniskill_id in needing if missing_assets(maniskill_id)]
+
+
+def runnable_status(entry, backend_importable: bool) -> str:
+    """``yes``, or ``no (...)`` with the exact command that makes ``entry`` runnable here."""
+    if not backend_importable:
+        return "no (" + INSTALL_HINTS.get(entry.backend, f'pip install "vla-gym[{entry.extra}]"') + ")"
+    absent = missing_downloads(entry)
+    if absent:
+        commands = " && ".join(f"python -m mani_skill.utils.download_asset {maniskill_id}" for maniskill_id in absent)
+        return f"no (assets not downloaded: {commands})"
+    return "yes"
+
+
 def list_envs(backend: str | None = None, out=sys.stdout) -> int:
     rows = [e for e in ENTRIES.values() if backend in (None, e.backend)]
     if not rows:
         known = sorted({e.backend for e in ENTRIES.values()})
         print(f"no env ids for backend {backend!r}; backends: {', '.join(known)}", file=sys.stderr)
         return 2
-    availability = {}
+    importable = {}
     for entry in rows:
-        if entry.backend not in availability:
-            availability[entry.backend] = entry.available()
+        if entry.backend not in importable:
+            importable[entry.backend] = entry.available()
     width = max(len(e.env_id) for e in rows)
-    print(f"{'id':<{width}}  {'backend':<9}  {'tasks':>5}  available here", file=out)
+    print(f"{'id':<{width}}  {'backend':<9}  {'tasks':>5}  runnable offline here", file=out)
+    runnable = 0
     for entry in rows:
-        hint = INSTALL_HINTS.get(entry.backend, f'pip install "vla-gym[{entry.extra}]"')
-        status = "yes" if availability[entry.backend] else f"no ({hint})"
+        status = runnable_status(entry, importable[entry.backend])
+        runnable += status == "yes"
         print(f"{entry.env_id:<{width}}  {entry.backend:<9}  {entry.num_tasks:>5}  {status}", file=out)
-    print(f"{len(rows)} ids", file=out)
+    print(f"{len(rows)} ids, {runnable} runnable offline here", file=out)
     return 0
 
 

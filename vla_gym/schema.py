@@ -20,6 +20,8 @@ from typing import Sequence
 import numpy as np
 from gymnasium import spaces
 
+from vla_gym.instruction_space import InstructionText
+
 #: characters an instruction may contain (printable ASCII without tabs/newlines)
 INSTRUCTION_CHARSET = "".join(c for c in string.printable if c not in "\t\n\r\x0b\x0c")
 #: generous headroom so every env of a family shares one observation space
@@ -36,7 +38,7 @@ def observation_space(
             {role: spaces.Box(0, 255, (height, width, 3), np.uint8) for role in camera_roles}
         )
     fields["state"] = spaces.Box(-np.inf, np.inf, (state_dim,), np.float32)
-    fields["instruction"] = spaces.Text(
+    fields["instruction"] = InstructionText(  # a Text that gymnasium's shared memory reads live
         max_length=max(MAX_INSTRUCTION_LENGTH, max_instruction_length), min_length=0, charset=INSTRUCTION_CHARSET,
     )
     return spaces.Dict(fields)

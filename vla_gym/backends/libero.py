@@ -14,15 +14,18 @@ How it stays fast:
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import os
 import pathlib
 import re
+import weakref
 from typing import Sequence
 
 import numpy as np
 
+from vla_gym import fork_guard
 from vla_gym.backends.base import Backend, TaskSpec
 from vla_gym.env import VLAEnv
 from vla_gym.errors import MissingSimulatorError, RenderingUnavailableError
@@ -30,6 +33,7 @@ from vla_gym.geometry import quat_to_axis_angle
 from vla_gym.system import configure_mujoco_gl, install_hint
 from vla_gym.tasks.libero import suite_tasks
 
+SIMULATOR = "LIBERO (MuJoCo EGL)"  # as fork_guard names it
 #: camera role -> robosuite camera name
 CAMERAS = {"main": "agentview", "wrist": "robot0_eye_in_hand"}
 #: action that holds the arm still with the gripper open, used to let objects settle after a reset
@@ -78,8 +82,23 @@ def _explain_gl_errors():
         ) from exc
 
 
+_OPEN_BACKENDS: weakref.WeakSet = weakref.WeakSet()  # backends whose robosuite env (and EGL context) is open
+
+
+def _close_open_backends() -> None:
+    """Free every open renderer while EGL still runs (an env left open at interpreter exit).
+
+    robosuite terminates the EGL display in an atexit handler; a render context freed after that, by
+    garbage collection at exit, prints "Exception ignored in MjRenderContext.__del__ ... EGLError".
+    atexit runs the last registered first, and this is registered after robosuite's (see load()).
+    """
+    for backend in list(_OPEN_BACKENDS):
+        backend.close()
+
+
 def import_libero():
     """Import LIBERO's benchmark table and env class, or explain how to install them."""
+    fork_guard.check_not_forked(SIMULATOR)  # in a fork of a process that rendered, EGL would hang
     configure_mujoco_gl()
     with _explain_gl_errors():
         try:
@@ -125,6 +144,7 @@ class LiberoBackend(Backend):
         suite = self._suite(task.suite)
         index = task.extra["suite_task_index"]
         height, width = self.image_size
+        fork_guard.check_not_forked(SIMULATOR)
         with _explain_gl_errors():
             self._env = self._env_class(
                 bddl_file_name=suite.get_task_bddl_file_path(index),
@@ -134,7 +154,12 @@ class LiberoBackend(Backend):
                 hard_reset=False,      # reset() must not rebuild the MuJoCo model
                 horizon=10**9, ignore_done=True,  # VLAEnv owns the time limit
             )
-            self._env.reset()
+            self._env.reset()  # creates the EGL context
+        fork_guard.note_initialised(SIMULATOR)
+        if not _OPEN_BACKENDS:  # (re-)registered after robosuite's eglTerminate, so it runs before it
+            atexit.unregister(_close_open_backends)
+            atexit.register(_close_open_backends)
+        _OPEN_BACKENDS.add(self)
         self._init_states = np.asarray(suite.get_task_init_states(index))
 
     def reset(self, init_state_id: int | None, seed: int) -> None:
@@ -155,6 +180,7 @@ class LiberoBackend(Backend):
         return float(reward), bool(success)
 
     def close(self) -> None:
+        _OPEN_BACKENDS.discard(self)
         if self._env is not None:
             self._env.close()
             self._env = None

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from vla_gym import schema
+from vla_gym import fork_guard, schema
 from vla_gym.backends.base import Backend, TaskSpec
 from vla_gym.env import VLAEnv
 from vla_gym.errors import MissingSimulatorError, RenderingUnavailableError
@@ -45,6 +45,7 @@ ROBOT = "panda_wristcam"
 DEFAULT_CONTROL_MODE = "pd_ee_delta_pose"
 OBS_MODES = ("images", "state")
 REWARD_MODES = ("normalized_dense", "dense", "sparse")
+SIMULATOR = "ManiSkill (SAPIEN)"  # as fork_guard names it
 #: words in SAPIEN's errors when it has no usable Vulkan device
 _NO_VULKAN_MARKERS = ("rendering device", "vk::", "vulkan", "physical device")
 
@@ -72,6 +73,7 @@ class _KnownRobotWarning(logging.Filter):
 
 def import_maniskill():
     """Import mani_skill (registering its tasks) and check for a Vulkan device; return its task table."""
+    fork_guard.check_not_forked(SIMULATOR)  # before any SAPIEN call: in a fork of a SAPIEN process it would hang
     os.environ["MS_SKIP_ASSET_DOWNLOAD_PROMPT"] = "1"  # ManiSkill would otherwise call input()
     try:
         import mani_skill.envs  # noqa: F401  (registers the tasks)
@@ -86,6 +88,7 @@ def import_maniskill():
         sapien.render.get_device_summary()
     except RuntimeError as exc:
         raise _no_vulkan_error(exc) from exc
+    fork_guard.note_initialised(SIMULATOR)
     return REGISTERED_ENVS
 
 
