@@ -211,8 +211,8 @@ def make_vec(
     ]
     if vectorization == "sync":
         return SyncVectorEnv(env_fns, autoreset_mode=AUTORESET_MODE)
-    # shared_memory=False: gymnasium 1.x reads a Text space (the instruction) out of shared memory only
-    # once, at construction, so every later instruction would come back as that first (empty) string.
-    # Pickling the observation through the pipe costs about 1 ms for two 224x224 images.
+    # Observations come back through shared memory (0.57 ms per step for two sub-envs with two 224x224
+    # images, against 0.83 ms pickled through the pipes); the instruction's InstructionText space makes
+    # gymnasium read it live there (vla_gym/instruction_space.py).
     return VLAAsyncVectorEnv(env_fns, env_id=env_id, autoreset_mode=AUTORESET_MODE, context=context,
-                             shared_memory=False)
+                             shared_memory=True)
