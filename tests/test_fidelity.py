@@ -154,7 +154,7 @@ def test_maniskill_action_chunks_and_skipped_renders_keep_the_episode(maniskill_
     from vla_gym.wrappers import ActionChunk
 
     raw, _ = maniskill_pairs["PickCube"]
-    env = ActionChunk(gym.make(env_id("PickCube"), image_size=32), chunk_size=5)
+    env = ActionChunk(gym.make(env_id("PickCube"), cameras=("main",), image_size=32), chunk_size=5)
     sim = env.unwrapped.backend.maniskill_env
     actions = np.random.default_rng(3).uniform(-1, 1, (50, 7))
     for seed in (0, 9):
