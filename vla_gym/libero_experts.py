@@ -66,12 +66,27 @@ def _box_corners(half: np.ndarray) -> np.ndarray:
     return signs * half
 
 
-def _distance_to_segment(points: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
-    """Smallest distance from 2-D ``points`` to the segment a-b (1.0 when there are none)."""
+def _rectangle_distance(points: np.ndarray, center: np.ndarray, yaw: float, half_length: float,
+                        half_width: float) -> float:
+    """Smallest xy distance from ``points`` to a rectangle (long side along ``yaw``); 1.0 if none."""
     if not len(points):
         return 1.0
-    t = np.clip((points - a) @ (b - a) / ((b - a) @ (b - a)), 0.0, 1.0)
-    return float(np.min(np.linalg.norm(points - (a + t[:, None] * (b - a)), axis=1)))
+    rel = points[:, :2] - center
+    u = rel @ np.array([np.cos(yaw), np.sin(yaw)])
+    v = rel @ np.array([-np.sin(yaw), np.cos(yaw)])
+    return float(np.min(np.hypot(np.maximum(np.abs(u) - half_length, 0), np.maximum(np.abs(v) - half_width, 0))))
+
+
+def _gripper_room(obstacles: np.ndarray, xy: np.ndarray, z: float, yaw: float) -> float:
+    """Clearance (m) around an open Panda gripper whose grip site is at (xy, z), fingers along ``yaw``.
+
+    The fingers span +-5.7 cm along their axis from 1 cm below the site; the hand above them
+    (from 3 cm over the site) about +-10 cm by +-3.5 cm.
+    """
+    fingers = obstacles[obstacles[:, 2] > z - 0.015]
+    hand = obstacles[obstacles[:, 2] > z + 0.025]
+    return min(_rectangle_distance(fingers, xy, yaw, FINGER_REACH + 0.015, 0.012),
+               _rectangle_distance(hand, xy, yaw, 0.10, 0.035))
 
 
 def _box_grid(half: np.ndarray, spacing: float = 0.01) -> np.ndarray:
@@ -196,48 +211,57 @@ class PickPlaceExpert:
 
     # planning
     def plan_grasp(self) -> None:
+        """Choose where and at which yaw to grasp, clear of the other objects (fingers and hand)."""
         scene = self.scene
-        ext = _Extent.of(scene.points(self.obj))
+        points = scene.points(self.obj)
+        ext = _Extent.of(points)
         rot_now = scene.eef_rot()
         finger_axis = rot_now[:, 0]  # Panda's finger pads sit at +-4 cm along the grip site's x axis
         current_yaw = np.arctan2(finger_axis[1], finger_axis[0])
+        others = self.obstacles(ext.center, ext.low[2])
+        candidates = []  # (grasp xy, grasp z, finger-axis yaw, preference penalty)
         if self.bowl:
-            # rim grasp: the fingers straddle the bowl's wall, on the side where the outer finger
-            # has the most room from other objects; few degrees of turning break ties
+            # rim grasp: the fingers straddle the bowl's wall, at any side of the rim
             radius = (ext.high[0] - ext.low[0] + ext.high[1] - ext.low[1]) / 4
-            others = self.obstacles(ext.center, ext.high[2] - 0.03)  # what the fingers and hand could hit
-            best = None
             for yaw in np.linspace(-np.pi, np.pi, 24, endpoint=False):
-                direction = np.array([np.cos(yaw), np.sin(yaw)])
-                grasp = ext.center[:2] + direction * (radius - 0.015)
-                room = _distance_to_segment(others, grasp - direction * (FINGER_REACH + 0.015),
-                                            grasp + direction * (FINGER_REACH + 0.015))
-                turn = (yaw - current_yaw + np.pi / 2) % np.pi - np.pi / 2
-                score = min(room, 0.05) - 0.01 * abs(turn)
-                if best is None or score > best[0]:
-                    best = (score, direction, turn)
-            _, direction, turn = best
-            rim = ext.center[:2] + direction * (radius - 0.015)
-            points = scene.points(self.obj)
-            near_rim = np.linalg.norm(points[:, :2] - rim, axis=1) < 0.025
-            rim_top = points[near_rim, 2].max() if near_rim.any() else ext.high[2]  # a bowl may tilt
-            self.grasp_pos = np.array([rim[0], rim[1], rim_top - 0.018])
-            self.grasp_rot = _yaw_rotation(turn) @ rot_now
+                rim = ext.center[:2] + np.array([np.cos(yaw), np.sin(yaw)]) * (radius - 0.015)
+                near_rim = np.linalg.norm(points[:, :2] - rim, axis=1) < 0.025
+                rim_top = points[near_rim, 2].max() if near_rim.any() else ext.high[2]  # a bowl may tilt
+                candidates.append((rim, rim_top - 0.018, yaw, 0.0))
         else:
-            turn = (ext.narrow_yaw - current_yaw + np.pi / 2) % np.pi - np.pi / 2  # within +-90 deg
-            self.grasp_rot = _yaw_rotation(turn) @ rot_now
+            # across the narrowest side, or slanted / across the other side where that fits the open
+            # gripper too, centred or shifted along the object: whichever leaves the hand most room
             height = ext.high[2] - ext.low[2]
             grasp_z = max(ext.high[2] - min(0.03, 0.5 * height), ext.low[2] + 0.015)  # fingertips reach ~1 cm lower
-            self.grasp_pos = np.array([ext.center[0], ext.center[1], grasp_z])
+            xy = points[:, :2] - ext.center[:2]
+            for slant in (0.0, 0.25, -0.25, 0.45, -0.45, np.pi / 2):
+                yaw = ext.narrow_yaw + slant
+                across, along = np.array([np.cos(yaw), np.sin(yaw)]), np.array([-np.sin(yaw), np.cos(yaw)])
+                if slant and np.ptp(xy @ across) > 0.068:  # the open gripper spans about 0.08
+                    continue
+                reach = max(np.ptp(xy @ along) / 2 - 0.012, 0.0)
+                for shift in (0.0, 0.01, -0.01, 0.02, -0.02):
+                    if abs(shift) <= reach:
+                        penalty = 0.1 * abs(shift) + 0.005 * min(abs(slant), 0.5)
+                        candidates.append((ext.center[:2] + along * shift, grasp_z, yaw, penalty))
+        best = None
+        for xy, z, yaw, penalty in candidates:
+            turn = (yaw - current_yaw + np.pi / 2) % np.pi - np.pi / 2  # fingers are symmetric: within +-90 deg
+            room = _gripper_room(others, xy, z, yaw)
+            score = min(room, 0.03) - penalty - 0.005 * abs(turn)
+            if best is None or score > best[0]:
+                best = (score, xy, z, turn)
+        _, xy, z, turn = best
+        self.grasp_pos = np.array([xy[0], xy[1], z])
+        self.grasp_rot = _yaw_rotation(turn) @ rot_now
         self.obj_low = ext.low[2]
-        self.obj_height = ext.high[2] - ext.low[2]
 
-    def obstacles(self, center: np.ndarray, above_z: float, within: float = 0.2) -> np.ndarray:
-        """xy of other objects' points higher than ``above_z`` within ``within`` m of ``center``."""
+    def obstacles(self, center: np.ndarray, above_z: float, within: float = 0.25) -> np.ndarray:
+        """Other objects' points higher than ``above_z`` within ``within`` m (xy) of ``center``."""
         clouds = [self.scene.points(name, dense=True) for name in self.scene.env.obj_body_id if name != self.obj]
         points = np.concatenate(clouds) if clouds else np.zeros((0, 3))
         near = (points[:, 2] > above_z) & (np.linalg.norm(points[:, :2] - center[:2], axis=1) < within)
-        return points[near, :2]
+        return points[near]
 
     def place_goal(self) -> np.ndarray:
         """Where the object's origin (xy) and bottom (z) must go."""
