@@ -12,7 +12,8 @@ What is compared, and against what (docs/fidelity.md lists every convention):
   ``seed``, ``reset``, ``set_init_state(init_states[i])``, 10 no-op steps with the gripper open) on one task of
   every suite, against ``VLA/Libero*`` with ``reset(seed=i)`` / ``options={"init_state_id": i}``, stepped
   through ``ActionChunk`` (unrendered sub-steps) after soft resets: the same MuJoCo state after the same
-  actions, the same success flags, and the first camera frame within a few levels of 255. The two run in
+  actions, the same success flags, and the first camera frame within a few levels of 255. A solved
+  episode too: vla_gym's scripted expert's actions, replayed in LIBERO's loop, succeed on the same step. The two run in
   separate processes: LIBERO places its fixtures by RNG when it builds a model, and two robosuite envs in
   one process may share a GL context, so frames are compared across processes.
 """
@@ -23,6 +24,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -263,6 +265,8 @@ def test_batched_env_equals_the_cpu_env_across_autoresets():
 LIBERO_SAMPLE = [("libero_spatial", 0, 0), ("libero_object", 5, 7), ("libero_goal", 3, 13),
                  ("libero_10", 6, 20), ("libero_90", 40, 49)]
 LIBERO_SIZE = 128
+#: a solved episode: LIBERO-Object task 5 from initial state 7 with vla_gym's scripted expert (97 steps)
+EXPERT_EPISODE = ("libero_object", 5, 7)
 LIBERO_STEPS = 24  # random actions after the settle steps, 6 chunks of 4
 NO_OP = [0, 0, 0, 0, 0, 0, -1]  # the settle action of OpenVLA's / RLinf's LIBERO evaluation
 
@@ -271,23 +275,30 @@ def libero_actions(task_index: int) -> np.ndarray:
     return np.random.default_rng(task_index).uniform(-1, 1, (LIBERO_STEPS, 7)) * np.array([0.5] * 6 + [1])
 
 
-def libero_reference(out: str) -> None:
-    """LIBERO's evaluation loop, written as OpenVLA's ``run_libero_eval.py`` does it (no vla_gym code)."""
+def reference_episode(suite_name: str, index: int, init: int):
+    """LIBERO's evaluation loop up to the policy, as OpenVLA's ``run_libero_eval.py`` writes it (no vla_gym
+    code): the env, ``seed(0)``, ``reset()``, ``set_init_state``, 10 no-op settle steps. Returns (env, obs)."""
     from libero.libero import benchmark, get_libero_path
     from libero.libero.envs import OffScreenRenderEnv
 
+    suite = benchmark.get_benchmark_dict()[suite_name]()
+    task = suite.get_task(index)
+    env = OffScreenRenderEnv(bddl_file_name=os.path.join(get_libero_path("bddl_files"), task.problem_folder,
+                                                         task.bddl_file),
+                             camera_heights=LIBERO_SIZE, camera_widths=LIBERO_SIZE, camera_names=["agentview"])
+    env.seed(0)
+    env.reset()
+    obs = env.set_init_state(suite.get_task_init_states(index)[init])
+    for _ in range(10):
+        obs, _reward, _done, _info = env.step(NO_OP)
+    return env, obs
+
+
+def libero_reference(out: str) -> None:
+    """The reference process: LIBERO's loop on the sample, then the expert's actions replayed."""
     results = {}
     for suite_name, index, init in LIBERO_SAMPLE:
-        suite = benchmark.get_benchmark_dict()[suite_name]()
-        task = suite.get_task(index)
-        env = OffScreenRenderEnv(bddl_file_name=os.path.join(get_libero_path("bddl_files"), task.problem_folder,
-                                                             task.bddl_file),
-                                 camera_heights=LIBERO_SIZE, camera_widths=LIBERO_SIZE, camera_names=["agentview"])
-        env.seed(0)
-        env.reset()
-        obs = env.set_init_state(suite.get_task_init_states(index)[init])
-        for _ in range(10):
-            obs, _reward, done, _info = env.step(NO_OP)
+        env, obs = reference_episode(suite_name, index, init)
         frame, states, dones = obs["agentview_image"], [], []
         for k, action in enumerate(libero_actions(index)):
             obs, _reward, done, _info = env.step(action.tolist())
@@ -296,7 +307,48 @@ def libero_reference(out: str) -> None:
                 dones.append(bool(done))
         results[suite_name] = {"frame": frame.tolist(), "states": states, "success": dones}
         env.close()
+    results["expert"] = replay_expert(out, suite_name_index_init=EXPERT_EPISODE)
     pathlib.Path(out).write_text(json.dumps(results))
+
+
+def replay_expert(out: str, suite_name_index_init: tuple[str, int, int]) -> dict:
+    """LIBERO's loop replaying the actions vla_gym's scripted expert took (written by the other process)."""
+    actions_file = pathlib.Path(out).with_name("expert_actions.json")
+    for _ in range(1200):  # the other process writes it first thing; wait for it up to 10 minutes
+        if actions_file.exists():
+            break
+        time.sleep(0.5)
+    actions = json.loads(actions_file.read_text())
+    env, _ = reference_episode(*suite_name_index_init)
+    dones = [bool(env.step(action)[2]) for action in actions]
+    state = env.get_sim_state().tolist()
+    env.close()
+    return {"success": dones, "state": state}
+
+
+def run_expert(out: str, env_id: str, suite_name_index_init: tuple[str, int, int]) -> dict:
+    """vla_gym's scripted expert solves one episode (physics only); its actions go to the other process."""
+    from vla_gym.libero_experts import libero_expert
+
+    _, index, init = suite_name_index_init
+    env = gym.make(env_id, task_id=index, cameras=("main",), image_size=LIBERO_SIZE)
+    env.reset(seed=init)
+    expert = libero_expert(env)
+    actions, dones = [], []
+    for _ in range(env.unwrapped.tasks[index].max_episode_steps):
+        action = np.clip(expert(), -1, 1)  # what VLAEnv hands LIBERO
+        _obs, _reward, terminated, truncated, info = env.unwrapped.step(action, observe=False)
+        actions.append(action.tolist())
+        dones.append(bool(info["success"]))
+        if terminated or truncated:
+            break
+    state = env.unwrapped.backend._env.get_sim_state().tolist()
+    env.close()
+    actions_file = pathlib.Path(out).with_name("expert_actions.json")
+    tmp = actions_file.with_suffix(".partial")
+    tmp.write_text(json.dumps(actions))
+    os.replace(tmp, actions_file)
+    return {"success": dones, "state": state}
 
 
 def libero_vla_gym(out: str) -> None:
@@ -305,7 +357,7 @@ def libero_vla_gym(out: str) -> None:
     from vla_gym.wrappers import ActionChunk
 
     ids = {suite: env_id for env_id, suite in ENV_IDS.items()}
-    results = {}
+    results = {"expert": run_expert(out, ids[EXPERT_EPISODE[0]], EXPERT_EPISODE)}
     for n, (suite_name, index, init) in enumerate(LIBERO_SAMPLE):
         env = ActionChunk(gym.make(ids[suite_name], task_id=index, cameras=("main",), image_size=LIBERO_SIZE),
                           chunk_size=4)
@@ -349,3 +401,6 @@ def test_libero_episode_i_is_libero_evaluation_episode_i(tmp_path):
         # between processes (measured: median 0, mean 1-5 levels of 255); everything else is equal
         assert np.median(error) <= 1 and error.mean() < 8, f"{suite_name}: first frame differs by {error.mean():.2f}"
         assert np.abs(frame - raw).mean() > 3 * error.mean(), f"{suite_name}: the unflipped frame matches as well"
+    # a solved episode: success on the same step, after the same MuJoCo states
+    assert ours["expert"]["success"][-1] and ours["expert"]["success"] == reference["expert"]["success"]
+    np.testing.assert_allclose(ours["expert"]["state"], reference["expert"]["state"], atol=1e-9)
