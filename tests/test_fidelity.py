@@ -165,7 +165,7 @@ def test_maniskill_action_chunks_and_skipped_renders_keep_the_episode(maniskill_
         for k in range(10):
             chunk = actions[5 * k: 5 * k + 5]
             raw_rewards = [scalar(raw.step(to_raw_action(a))[1]) for a in chunk]
-            obs, reward, terminated, truncated, info = env.step(chunk)
+            _obs, _reward, _terminated, truncated, info = env.step(chunk)
             np.testing.assert_array_equal(sim.get_state().numpy(), raw.unwrapped.get_state().numpy())
             np.testing.assert_allclose(info["chunk_rewards"], raw_rewards, atol=1e-6)
             assert truncated is (k == 9)
@@ -240,7 +240,7 @@ def test_batched_env_equals_the_cpu_env_across_autoresets():
     autoresets included: one seed rule, one episode draw (vla_gym.env.draw_episode), SAME_STEP final_obs."""
     from vla_gym.backends.maniskill_gpu import make_gpu_vector_env
 
-    kwargs = dict(obs_mode="state", max_episode_steps=4, paraphrase_instructions=True)
+    kwargs = {"obs_mode": "state", "max_episode_steps": 4, "paraphrase_instructions": True}
     cpu = vla_gym.make_vec(env_id("PushCube"), 1, vectorization="sync", **kwargs)
     batched = make_gpu_vector_env(env_id("PushCube"), 1, device="cpu", **kwargs)
     a, _ = cpu.reset(seed=3)

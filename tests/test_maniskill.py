@@ -453,7 +453,7 @@ def test_rollout_and_episode_runner_take_every_vector_env():
 
         firsts = {}
 
-        def record(obs, actions, log_probs, jobs):
+        def record(obs, actions, log_probs, jobs, firsts=firsts):
             for i, job in enumerate(jobs):
                 if job >= 0 and int(job) not in firsts:
                     firsts[int(job)] = obs["state"][i].clone()

@@ -31,8 +31,9 @@ sub-step of a chunk that way.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
