@@ -88,7 +88,8 @@ class OnPolicyAlgorithm(SB3Interface):
             policy = make_policy(cfg.policy.name, observation_space, action_space, **self._policy_kwargs())
         self.policy = policy.to(self.device)
         self.prepare_policy()
-        self.model = self.dist.wrap(self.policy, find_unused_parameters=self._find_unused_parameters())
+        self.model = self.dist.wrap(self.policy, find_unused_parameters=self._find_unused_parameters(),
+                                    strategy=cfg.distributed.strategy)
         self._params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = _adam(self._params, self.hp.learning_rate, self.hp.adam_eps)
         self.num_timesteps = 0
@@ -163,7 +164,8 @@ class OnPolicyAlgorithm(SB3Interface):
             while self.num_timesteps < self._total_timesteps and not self.run.out_of_time():
                 t0 = time.perf_counter()
                 steps_before = self.num_timesteps
-                buffer, num_minibatches, metrics = self.collect_rollouts()
+                with self.dist.gathered(self.policy):  # fsdp: whole parameters for the rollout
+                    buffer, num_minibatches, metrics = self.collect_rollouts()
                 t1 = time.perf_counter()
                 metrics.update(self._update(buffer, num_minibatches))
                 self._update_statistics(buffer)
@@ -209,10 +211,11 @@ class OnPolicyAlgorithm(SB3Interface):
         if self.run.checkpointer is not None:
             self.save_checkpoint()
         if self.run.path is not None and self.cfg.eval.episodes > 0:
-            self.evaluate(self.cfg.eval.episodes, report_dir=self.run.path / "eval")
-            if self.cfg.eval.video and self.dist.is_main:
-                self.last_eval["videos"] = self.record_videos(self.cfg.eval.video_episodes,
-                                                              self.run.path / "eval" / "videos")
+            with self.dist.gathered(self.policy):  # fsdp: rank 0 alone plays the videos
+                self.evaluate(self.cfg.eval.episodes, report_dir=self.run.path / "eval")
+                if self.cfg.eval.video and self.dist.is_main:
+                    self.last_eval["videos"] = self.record_videos(self.cfg.eval.video_episodes,
+                                                                  self.run.path / "eval" / "videos")
 
     # ---------------------------------------------------------------------------------- the update
     def _update(self, buffer: RolloutBuffer, num_minibatches: int) -> dict[str, float]:
@@ -262,12 +265,13 @@ class OnPolicyAlgorithm(SB3Interface):
 
     # ------------------------------------------------------------------------------- state
     def state_dict(self, rng: list[Any] | None = None) -> dict[str, Any]:
-        """Everything a checkpoint holds (``rng``: every rank's RNG states, for a resume)."""
+        """Everything a checkpoint holds (``rng``: every rank's RNG states, for a resume). Collective under
+        ``distributed.strategy: fsdp`` (the whole parameters and optimizer state are gathered on rank 0)."""
         return {
             "algo": self.algo,
             "config": dataclasses.asdict(self.cfg),
-            "policy": self.policy.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "policy": self.dist.full_state_dict(self.policy),
+            "optimizer": self.dist.full_optimizer_state_dict(self.policy, self.optimizer),
             "counters": {"num_timesteps": self.num_timesteps, "num_updates": self.num_updates},
             "observation_space": self.policy.observation_space,
             "action_space": self.policy.action_space,
@@ -280,8 +284,8 @@ class OnPolicyAlgorithm(SB3Interface):
 
     def load_state(self, state: dict[str, Any], restore_rng: bool = False) -> None:
         """Restore policy, optimizer, counters (and this rank's RNG states) from a checkpoint dict."""
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.dist.load_full_state_dict(self.policy, state["policy"])
+        self.dist.load_full_optimizer_state_dict(self.policy, self.optimizer, state["optimizer"])
         self.num_timesteps = state["counters"]["num_timesteps"]
         self.num_updates = state["counters"]["num_updates"]
         self.load_extra_state(state.get("extra") or {})
@@ -291,17 +295,21 @@ class OnPolicyAlgorithm(SB3Interface):
 
     def save_checkpoint(self) -> pathlib.Path | None:
         """Collective: gathers every rank's RNG state; rank 0 writes ``checkpoints/ckpt_<update>.pt``."""
-        rng = self.dist.gather_objects(rng_state({"minibatch": self.generator}))
-        if not self.dist.is_main or self.run.checkpointer is None:
+        if self.run.checkpointer is None:
             return None
-        return self.run.checkpointer.save(self.state_dict(rng), self.num_updates)
+        rng = self.dist.gather_objects(rng_state({"minibatch": self.generator}))
+        state = self.state_dict(rng)  # every rank: fsdp gathers the parameters here
+        if not self.dist.is_main:
+            return None
+        return self.run.checkpointer.save(state, self.num_updates)
 
     # ---------------------------------------------------------------------------------- evaluation
     def evaluate(self, episodes: int, report_dir: pathlib.Path | None = None,
                  deterministic: bool | None = None) -> dict[str, Any]:
         """Collective: ``episodes`` episodes split over the ranks; logs ``eval/*`` and returns the summary."""
-        self.last_eval = self.evaluator.evaluate(self.policy, episodes, self.num_updates, self.num_timesteps,
-                                                 report_dir=report_dir, deterministic=deterministic)
+        with self.dist.gathered(self.policy):
+            self.last_eval = self.evaluator.evaluate(self.policy, episodes, self.num_updates, self.num_timesteps,
+                                                     report_dir=report_dir, deterministic=deterministic)
         return self.last_eval
 
     def record_videos(self, episodes: int, directory: pathlib.Path) -> list[str]:

@@ -167,6 +167,13 @@ class EvalConfig:
 
 
 @dataclass
+class DistributedConfig:
+    #: ddp: a whole policy per rank, gradients averaged (LoRA, models that fit once per device); fsdp: FSDP2 shards
+    #: parameters, gradients and optimizer state over the ranks (full fine-tunes of models that do not fit)
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+
+
+@dataclass
 class Config:
     #: the run writes to {run_dir}/{name}/ (config.yaml, tensorboard/, checkpoints/, eval/)
     name: str = "run"
@@ -187,6 +194,7 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     @property
     def path(self) -> pathlib.Path:

@@ -85,10 +85,12 @@ class SB3Interface:
         return self
 
     def save(self, path: str | pathlib.Path) -> pathlib.Path:
-        """Write the model (with optimizer and counters) to ``path`` atomically (rank 0 only)."""
+        """Write the model (with optimizer and counters) to ``path`` atomically (rank 0 writes; every rank calls
+        it under ``distributed.strategy: fsdp``, which gathers the parameters)."""
+        state = self.state_dict()
         if not self.dist.is_main:
             return pathlib.Path(path)
-        return atomic_save(self.state_dict(), path)
+        return atomic_save(state, path)
 
     @classmethod
     def load(cls, path: str | pathlib.Path, env: VectorEnv | None = None, device: str = "auto", **overrides):
