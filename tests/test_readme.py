@@ -17,7 +17,6 @@ makes a BEHAVIOR env must fail with the clear "needs Isaac Sim" error (no machin
 from __future__ import annotations
 
 import dataclasses
-import pathlib
 import re
 import shlex
 
@@ -25,6 +24,7 @@ import pytest
 
 from short_runs import (
     ROOT,
+    TINY_VLM,
     assert_ok,
     config_short_form,
     executable,
@@ -116,12 +116,17 @@ def readme_commands(text: str) -> list[str]:
     commands = []
     for block in fenced_blocks(text, "bash"):
         for line in block.replace("\\\n", " ").splitlines():
-            tokens = shlex.split(line, comments=True)
-            while tokens:
-                part, tokens = (tokens[:tokens.index("&&")], tokens[tokens.index("&&") + 1:]) \
-                    if "&&" in tokens else (tokens, [])
-                if part:
+            try:
+                tokens = shlex.split(line, comments=True)
+            except ValueError:  # unbalanced quotes: take the words as they are
+                tokens = line.split("#")[0].split()
+            part = []
+            for token in [*tokens, "&&"]:
+                if token != "&&":
+                    part.append(token)
+                elif part:
                     commands.append(" ".join(part))
+                    part = []
     return list(dict.fromkeys(commands))  # once each, first occurrence first
 
 
@@ -182,7 +187,7 @@ def short_argv(command: str, short: Short, models_base) -> list[str]:
         import yaml
 
         policy = (yaml.safe_load(config.read_text()).get("policy") or {}).get("name", "")
-        models = tiny_vlms(models_base) if "vla_" in policy and "vla_small" not in policy else {}
+        models = tiny_vlms(models_base) if policy in TINY_VLM else {}
         args += config_short_form(config, "runs", models, nproc)
     return [*executable(program), *args, *short.extra]
 
