@@ -15,7 +15,7 @@ from vla_gym.trainers.policies.actor_critic import ActorCriticPolicy
 from vla_gym.trainers.policies.encoders import StateEncoder
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from test_torchrun import check, torchrun  # noqa: E402
+from test_torchrun import check, torchrun
 
 
 class ResidualStack(nn.Module):
@@ -58,7 +58,7 @@ CONFIG = {
     "eval": {"episodes": 4},
     "checkpoint": {"every": 1, "keep_last": 10, "resume": None},
 }
-TOLERANCE = dict(rtol=0, atol=1e-6)
+TOLERANCE = {"rtol": 0, "atol": 1e-6}
 
 
 # ------------------------------------------------------------------------------------------- worker

@@ -139,7 +139,10 @@ class Distributed:
         if not is_sharded(module):
             module.load_state_dict(state)
             return
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+        )
 
         set_model_state_dict(module, state, options=StateDictOptions(full_state_dict=True))
 
@@ -169,7 +172,10 @@ class Distributed:
         if not is_sharded(module):
             optimizer.load_state_dict(state)
             return
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_optimizer_state_dict,
+        )
 
         names = {id(p): name for name, p in module.named_parameters()}
         params = [p for group in optimizer.param_groups for p in group["params"]]
