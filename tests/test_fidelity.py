@@ -384,9 +384,15 @@ def test_libero_episode_i_is_libero_evaluation_episode_i(tmp_path):
         code = f"import sys; sys.path.insert(0, {str(here)!r}); import test_fidelity as f; f.{name}({str(tmp_path / name)!r})"
         procs[name] = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                        text=True, env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")})
-    for name, proc in procs.items():
-        output, _ = proc.communicate(timeout=600)
-        assert proc.returncode == 0, f"{name} failed:\n{output[-3000:]}"
+    try:
+        for name, proc in procs.items():
+            output, _ = proc.communicate(timeout=800)
+            assert proc.returncode == 0, f"{name} failed:\n{output[-3000:]}"
+    finally:  # a failed or timed-out run leaves no LIBERO process behind
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     reference = json.loads((tmp_path / "libero_reference").read_text())
     ours = json.loads((tmp_path / "libero_vla_gym").read_text())
     for suite_name, _, _ in LIBERO_SAMPLE:
