@@ -9,6 +9,16 @@ suite in a loop; N envs do it N at a time): a free env is reset with ``reset(see
 ..., "init_state_id": ...})`` through the vector env's ``reset_mask``. Episodes with the same options are
 reset in one call. GRPO uses the same runner with a ``recorder`` to keep each step's transitions.
 
+Task affinity (envs with a task list, e.g. ``VLA/Libero130-v0``, where a task change rebuilds the scene in
+seconds while a same-task reset takes a fraction of one): a freed env takes the next queued episode of the
+task it has loaded; when that task has none left, it takes the task with the most queued episodes per env
+already on it (:class:`TaskAffinityQueue`), so a GRPO group's episodes stay on the env slots that loaded its
+scene. For vla_gym envs each sub-env's episode is pinned through its ``task_id`` / ``fixed_init_state_id``
+attributes before a reset (restored when ``run`` returns): the envs of one reset call may then start
+different episodes in parallel, and the vector env's own autoreset at an episode's end keeps the loaded
+task instead of drawing (and building) another. Results stay in spec order; envs without tasks get the
+episodes first in, first out, as before.
+
 Episodes are counted by :class:`vla_gym.episodes.EpisodeCounter` (return, length in env steps, success at any
 step, task: the rules are :mod:`vla_gym.episodes`'); an :class:`EpisodeResult` is its
 :class:`~vla_gym.episodes.Episode` plus the spec it was played from and its video. :func:`summarize` applies
@@ -89,6 +99,51 @@ def suite_specs(
     return specs
 
 
+class TaskAffinityQueue:
+    """Episodes (indices into ``specs``) waiting for an env, handed out with task affinity.
+
+        >>> specs = [EpisodeSpec(task_id=t) for t in (0, 0, 0, 1, 1, 1)]
+        >>> queue = TaskAffinityQueue(specs)
+        >>> [queue.take(loaded_task=None) for _ in range(2)]   # two empty envs: one per task
+        [0, 3]
+        >>> queue.take(loaded_task=1), queue.take(loaded_task=0)   # freed envs keep their task
+        (4, 1)
+
+    ``take(loaded_task)`` returns the next episode of ``loaded_task`` if one is queued; else the first
+    queued episode of the task with the most queued episodes per env working on it (ties: the task that
+    comes first in ``specs``). ``done(task)`` tells it an env finished an episode of ``task``. Specs
+    without a task form one first-in-first-out queue.
+    """
+
+    def __init__(self, specs: Sequence[EpisodeSpec]):
+        self.pending: dict[int | None, collections.deque] = {}
+        for index, spec in enumerate(specs):
+            self.pending.setdefault(spec.task_id, collections.deque()).append(index)
+        self.working: collections.Counter = collections.Counter()
+
+    def __bool__(self) -> bool:
+        return bool(self.pending)
+
+    def has(self, task: int | None) -> bool:
+        return task in self.pending
+
+    def take(self, loaded_task: int | None) -> int:
+        task = loaded_task if loaded_task in self.pending else max(
+            self.pending, key=lambda t: len(self.pending[t]) / (self.working[t] + 1))  # max: first of ties
+        queue = self.pending[task]
+        index = queue.popleft()
+        if not queue:
+            del self.pending[task]
+        self.working[task] += 1
+        return index
+
+    def done(self, task: int | None) -> None:
+        self.working[task] -= 1
+
+
+_MISSING = object()
+
+
 class EpisodeRunner:
     def __init__(self, envs: VectorEnv, policy: Policy):
         self.envs, self.policy = envs, policy
@@ -101,10 +156,21 @@ class EpisodeRunner:
         self.device = policy.device
         tasks = env_attr(envs, "tasks") or []
         self.task_names = {task.index: task.name for task in tasks}
+        #: the task each env slot was last reset into by this runner (None: unknown), for task affinity
+        self.loaded_tasks: list[int | None] = [None] * self.num_envs
+        # vla_gym envs take a per-env episode through their fixed task / init state attributes
+        self._pins = None
+        if tasks and env_attr(envs, "fixed_init_state_id", _MISSING) is not _MISSING:
+            self._pins = {"task_id": list(envs.get_attr("task_id")),
+                          "fixed_init_state_id": list(envs.get_attr("fixed_init_state_id"))}
 
     # ------------------------------------------------------------------------------------ resetting
     def _reset(self, assignments: dict[int, EpisodeSpec], first: bool, obs_np: Any) -> Any:
-        """Reset env i with ``assignments[i]``; one call per distinct options. Returns the observations."""
+        """Reset env i with ``assignments[i]``: one call (pinned episodes) or one per distinct options."""
+        for i, spec in assignments.items():
+            self.loaded_tasks[i] = spec.task_id  # None: drawn by the env, unknown here
+        if self._pins is not None:
+            return self._reset_pinned(assignments, first)
         groups: dict[tuple, list[int]] = collections.defaultdict(list)
         for i, spec in assignments.items():
             groups[tuple(sorted(spec.options().items()))].append(i)
@@ -119,6 +185,29 @@ class EpisodeRunner:
             first = False
         return obs_np
 
+    def _reset_pinned(self, assignments: dict[int, EpisodeSpec], first: bool) -> Any:
+        """Pin each assigned env's task and init state (``set_attr``), then reset them in one call."""
+        task_ids, init_ids = list(self._pins["task_id"]), list(self._pins["fixed_init_state_id"])
+        for i in range(self.num_envs):
+            if i in assignments:
+                spec = assignments[i]
+                task_ids[i] = spec.task_id if spec.task_id is not None else self._pins["task_id"][i]
+                init_ids[i] = spec.init_state_id
+            elif self.loaded_tasks[i] is not None:
+                task_ids[i] = self.loaded_tasks[i]  # its autoreset keeps the loaded scene
+        self.envs.set_attr("task_id", task_ids)
+        self.envs.set_attr("fixed_init_state_id", init_ids)
+        seeds = [assignments[i].seed if i in assignments else None for i in range(self.num_envs)]
+        options = {}
+        if not first:
+            options["reset_mask"] = np.array([i in assignments for i in range(self.num_envs)])
+        return self.envs.reset(seed=seeds, options=options)[0]
+
+    def _unpin(self) -> None:
+        if self._pins is not None and not getattr(self.envs, "closed", False):
+            for name, values in self._pins.items():
+                self.envs.set_attr(name, values)
+
     # ---------------------------------------------------------------------------------------- running
     @torch.no_grad()  # not inference_mode: in-process sims (ManiSkill) keep tensors made here
     def run(
@@ -126,8 +215,14 @@ class EpisodeRunner:
         video_dir: str | os.PathLike | None = None, video_episodes: int = 0, video_prefix: str = "episode",
     ) -> list[EpisodeResult]:
         """Play every spec once; results in spec order."""
+        try:
+            return self._run(specs, deterministic, recorder, video_dir, video_episodes, video_prefix)
+        finally:
+            self._unpin()
+
+    def _run(self, specs, deterministic, recorder, video_dir, video_episodes, video_prefix) -> list[EpisodeResult]:
         n = self.num_envs
-        queue = collections.deque(range(len(specs)))
+        queue = TaskAffinityQueue(specs)
         job = np.full(n, -1)
         counter = EpisodeCounter(n, self.mode)
         frames: dict[int, list[np.ndarray]] = {}
@@ -136,12 +231,16 @@ class EpisodeRunner:
 
         def assign(envs_free: Sequence[int], first: bool, obs_np: Any) -> Any:
             chosen = {}
-            for i in envs_free:
+            # envs whose loaded task has queued episodes choose first, so that the others do not take them
+            for i in sorted(envs_free, key=lambda i: not queue.has(self.loaded_tasks[i])):
                 if queue:
-                    job[i] = queue.popleft()
+                    job[i] = queue.take(self.loaded_tasks[i])
                     chosen[i] = specs[job[i]]
-            if first:  # every env needs a first reset, idle ones included
-                chosen = {i: chosen.get(i, EpisodeSpec()) for i in range(n)}
+            if first:  # every env needs a first reset, idle ones included: on a task they have (no rebuild)
+                for i in range(n):
+                    if i not in chosen:
+                        task = self.loaded_tasks[i] if self.loaded_tasks[i] is not None else specs[0].task_id
+                        chosen[i] = EpisodeSpec(task_id=task) if specs else EpisodeSpec()
             if not chosen:
                 return obs_np
             obs_np = self._reset(chosen, first, obs_np)
@@ -170,6 +269,7 @@ class EpisodeRunner:
                 if i in ended:
                     results[int(job[i])] = self._result(ended[i], int(job[i]), specs[job[i]], frames.pop(job[i], None),
                                                         video_dir, video_prefix)
+                    queue.done(specs[job[i]].task_id)
                     job[i] = -1
                     freed.append(i)
             if freed and queue:

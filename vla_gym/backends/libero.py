@@ -20,6 +20,7 @@ import importlib.util
 import os
 import pathlib
 import re
+import time
 import weakref
 from typing import Sequence
 
@@ -132,6 +133,8 @@ class LiberoBackend(Backend):
         self._raw_obs: dict | None = None
         self.settle_steps = settle_steps
         self._flip = FLIPS[flip]
+        #: scenes built by load() (a task change rebuilds the MuJoCo model) and the seconds they took
+        self.scene_loads, self.scene_load_seconds = 0, 0.0
 
     # ------------------------------------------------------------------------------------ life cycle
     def _suite(self, name: str):
@@ -140,6 +143,7 @@ class LiberoBackend(Backend):
         return self._benchmarks[name]
 
     def load(self, task: TaskSpec) -> None:
+        started = time.perf_counter()
         self.close()
         suite = self._suite(task.suite)
         index = task.extra["suite_task_index"]
@@ -161,6 +165,8 @@ class LiberoBackend(Backend):
             atexit.register(_close_open_backends)
         _OPEN_BACKENDS.add(self)
         self._init_states = np.asarray(suite.get_task_init_states(index))
+        self.scene_loads += 1
+        self.scene_load_seconds += time.perf_counter() - started
 
     def reset(self, init_state_id: int | None, seed: int) -> None:
         # The episode is the initial state alone: LIBERO's env.seed(seed) would only reseed numpy's *global*
