@@ -63,6 +63,9 @@ class ImitationObjective(nn.Module):
 def check_dataset_fits(data, observation_space, action_space) -> dict[str, Any]:
     """What the dataset must match for a policy of these spaces; returns ``{cameras, chunk}`` or raises naming
     the fix (record the demos with other settings, or change ``env.kwargs`` / ``env.wrappers``)."""
+    if not hasattr(observation_space, "spaces") or "state" not in observation_space.spaces:
+        raise ValueError(f"SFT trains policies of vla_gym envs (dict observations with a state); env.id gives "
+                         f"{observation_space}")
     images = observation_space["images"].spaces if "images" in observation_space.spaces else {}
     missing = [role for role in images if role not in data.cameras]
     if missing:
