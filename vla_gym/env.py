@@ -47,7 +47,7 @@ SEED_BOUND = 2**31 - 1
 
 
 @dataclass(frozen=True)
-class Episode:
+class EpisodeStart:
     """What one reset starts: the task, its initial state, the instruction, the simulator's seed, the step limit."""
 
     task: TaskSpec
@@ -61,7 +61,7 @@ def draw_episode(
     rng: np.random.Generator, tasks: Sequence[TaskSpec], seed: int | None, options: Mapping[str, Any] | None = None,
     task_id: int | None = None, init_state_id: int | None = None, paraphrase: bool = False,
     max_episode_steps: int | None = None,
-) -> Episode:
+) -> EpisodeStart:
     """The episode a reset starts, shared by :class:`VLAEnv` and the GPU-batched ManiSkill env.
 
     ``rng`` is the env's generator, already reseeded with ``seed`` when one is given. In this order:
@@ -91,7 +91,7 @@ def draw_episode(
         choices = (task.instruction, *task.paraphrases)
         instruction = choices[int(rng.integers(len(choices)))]
     sim_seed = int(seed) if seed is not None else int(rng.integers(SEED_BOUND))
-    return Episode(task, init, instruction, sim_seed, max_episode_steps or task.max_episode_steps)
+    return EpisodeStart(task, init, instruction, sim_seed, max_episode_steps or task.max_episode_steps)
 
 
 def check_init_state(task: TaskSpec, init_state_id: int) -> None:

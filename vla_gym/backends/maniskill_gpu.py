@@ -63,7 +63,7 @@ from vla_gym.backends.maniskill import (
     step_reward,
     to_maniskill_action,
 )
-from vla_gym.env import Episode, draw_episode, episode_info
+from vla_gym.env import EpisodeStart, draw_episode, episode_info
 from vla_gym.registry import check_env_id
 from vla_gym.tasks.maniskill import task_specs
 
@@ -153,7 +153,7 @@ class ManiSkillGPUVectorEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_fps": float(self._env.control_freq)}
         self._rngs = [seeding.np_random()[0] for _ in range(num_envs)]  # one generator per sub-env, as VLAEnv's
-        self._episodes: list[Episode | None] = [None] * num_envs
+        self._episodes: list[EpisodeStart | None] = [None] * num_envs
         self._elapsed = np.zeros(num_envs, dtype=np.int64)
         self._max_steps = np.zeros(num_envs, dtype=np.int64)
         self._ms_obs = None
