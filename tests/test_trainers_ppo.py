@@ -187,3 +187,15 @@ def test_a_video_that_cannot_be_rendered_is_reported_not_fatal(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "no evaluation video (CartPole-v1 with {'render_mode': 'rgb_array'})" in result.stdout
     assert (tmp_path / "v" / "eval" / "eval.md").exists()
+
+
+def test_a_model_built_on_an_env_instance_does_not_evaluate_the_default_env(tmp_path):
+    """Evaluation envs come from config.env; an env instance has none, so (as in SB3) the run does not evaluate,
+    instead of evaluating the default CartPole with a policy made for another env."""
+    import gymnasium as gym
+
+    env = gym.make("Pendulum-v1")
+    model = PPO("mlp", env, n_steps=16, batch_size=16, n_epochs=1, run_dir=str(tmp_path), name="pendulum")
+    model.learn(32)
+    assert model.cfg.eval.episodes == 0 and model.last_eval is None
+    model.close()

@@ -60,6 +60,10 @@ class SB3Interface:
             data["policy"]["kwargs"] = dict(policy_kwargs)
         if isinstance(env, str):
             data["env"]["id"] = env
+        elif env is not None and config is None:
+            # evaluation envs are made from config.env, which does not describe an env instance (as in SB3, a
+            # model built on an instance does not evaluate unless asked: pass an id, or a config with eval.*)
+            data["eval"]["episodes"] = 0
         if env_kwargs is not None:
             data["env"]["kwargs"] = dict(env_kwargs)
         for key, value in (("seed", seed), ("device", device), ("run_dir", run_dir), ("name", name)):
