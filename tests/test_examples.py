@@ -78,7 +78,7 @@ def test_config_runs_one_update(config, request, tmp_path):
     command = [*executable("python"), script, "--config", f"examples/configs/{config}"]
     if simulator(data["env"]["id"]) == "behavior":
         # as written (only the run directory moved): it must stop before any model is loaded, naming what is missing
-        result = run_command([*command, f"run_dir={tmp_path}"], timeout=120)
+        result = run_command([*command, f"run_dir={tmp_path}"], timeout=300)
         assert_clear_error(result, "cannot run on this machine", "Isaac Sim", "OmniGibson")
         return
     models = request.getfixturevalue("models") if data.get("policy", {}).get("name") in TINY_VLM else {}
@@ -108,7 +108,7 @@ def test_gpu_benchmark_fails_fast_without_cuda(script):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: the GPU benchmark would run")
     flags, words = GPU_ONLY[script]
-    result = run_command([*executable("python"), script, *flags], timeout=120)
+    result = run_command([*executable("python"), script, *flags], timeout=300)  # fast when idle: ~6 s
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     for word in words:
         assert word in result.stderr
