@@ -100,8 +100,9 @@ PYTHON_BLOCKS = {
     },
     'model = PPO("mlp", "CartPole-v1", num_envs=8, n_steps=32, batch_size=256, n_epochs=20, learning_rate=1e-3)': {
         "replace": (("model.learn(100_000)", "model.learn(512)"),),
-        # the block uses an observation it does not make (obs): give it one
-        "prelude": 'obs, _ = gym.make("CartPole-v1").reset(seed=0)\n',
+    },
+    'if __name__ == "__main__":': {
+        "replace": (("num_envs=4", "num_envs=2"),),
     },
 }
 
