@@ -1,4 +1,5 @@
-"""The scripted PushCube expert (privileged ManiSkill state) solves episodes and records clean labels."""
+"""The scripted PushCube expert (privileged ManiSkill state) solves episodes and records clean labels; the
+SFT -> GRPO example runs in its short form."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,7 +21,8 @@ def test_push_cube_expert_demos():
 
 
 def test_sft_then_rl_short_form(tmp_path):
-    """examples/sft_then_rl.py end to end in miniature: demos -> BC -> eval -> GRPO -> eval, table and curve."""
+    """examples/sft_then_rl.py end to end in miniature through the product commands: vla-gym demos -> trainers/sft.py
+    -> trainers/eval.py -> trainers/grpo.py (from the SFT checkpoint) -> trainers/eval.py; table and curve."""
     import json
     import pathlib
     import subprocess
@@ -28,10 +30,14 @@ def test_sft_then_rl_short_form(tmp_path):
 
     root = pathlib.Path(__file__).resolve().parent.parent
     result = subprocess.run(
-        [sys.executable, "examples/sft_then_rl.py", "--demos", "1", "--bc-epochs", "2", "--eval-episodes", "2",
-         "--rl-steps", "60", "--group-size", "2", "--groups", "1", "--image-size", "64", "--out", str(tmp_path)],
-        cwd=root, capture_output=True, text=True, timeout=900, check=False)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+        [sys.executable, "examples/sft_then_rl.py", "--demos", "2", "--bc-epochs", "2", "--eval-episodes", "2",
+         "--rl-steps", "60", "--group-size", "2", "--groups", "1", "--image-size", "64", "--num-envs", "1",
+         "--out", str(tmp_path)],
+        cwd=root, capture_output=True, text=True, timeout=1500, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["after_sft"]["episodes"] == results["after_rl"]["episodes"] == 2
-    assert results["curve"] and (tmp_path / "curve.png").exists() and "SFT + GRPO" in (tmp_path / "results.md").read_text()
+    assert results["demos"]["episodes"] >= 1 and results["curve"] and results["curve"][-1]["steps"] >= 60
+    assert (tmp_path / "curve.png").exists() and "SFT + GRPO" in (tmp_path / "results.md").read_text()
+    for command in ("$ vla-gym demos", "$ python trainers/sft.py", "$ python trainers/grpo.py", "$ python trainers/eval.py"):
+        assert command in result.stdout  # the driver shows the product commands it runs
