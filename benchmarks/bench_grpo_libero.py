@@ -3,7 +3,7 @@
     nice -n 10 python benchmarks/bench_grpo_libero.py                     # both measurements (about 15 min, 2 cores)
     nice -n 10 python benchmarks/bench_grpo_libero.py --only rebuild --updates 4
     nice -n 10 python benchmarks/bench_grpo_libero.py --only throughput --repeats 3
-    python benchmarks/bench_grpo_libero.py --quick                        # short form (CI): tiny episodes
+    python benchmarks/bench_grpo_libero.py --quick                        # short form (CI): one env, tiny episodes
 
 1. **Rebuild share** (``VLA/Libero130-v0``): the real :class:`~vla_gym.trainers.GRPO` (groups of
    ``--group-size`` rollouts of one (task, init state), ``--groups`` groups per update, tasks drawn at random
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args(argv)
     if args.quick:
-        args.group_size, args.groups, args.updates, args.repeats = 2, 1, 2, 1
+        args.num_envs, args.group_size, args.groups, args.updates, args.repeats = 1, 2, 1, 2, 1
         args.max_episode_steps, args.episode_steps, args.image_size = 16, 16, 32
     results = {}
     if args.only in (None, "rebuild"):

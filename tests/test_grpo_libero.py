@@ -5,6 +5,11 @@ keep these short; ``benchmarks/bench_grpo_libero.py`` measures the same paths at
 """
 from __future__ import annotations
 
+import json
+import pathlib
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -82,3 +87,13 @@ def test_task_affinity_keeps_scenes_and_spec_order():
     results = runner.run(specs[3:] + specs[:3], deterministic=False)
     assert scene_loads(envs) == 2 and [r.task_id for r in results] == [40, 40, 40, 5, 5, 5]
     envs.close()
+
+
+def test_benchmark_short_form(tmp_path):
+    """benchmarks/bench_grpo_libero.py --quick runs both measurements (they measure nothing at this size)."""
+    out = tmp_path / "bench.json"
+    subprocess.run([sys.executable, "benchmarks/bench_grpo_libero.py", "--quick", "--json", str(out)], check=True,
+                   cwd=pathlib.Path(__file__).resolve().parent.parent, timeout=600)
+    figures = json.loads(out.read_text())
+    assert len(figures["rebuild"]["updates"]) == 2 and figures["rebuild"]["updates"][0]["scene_loads"] >= 1
+    assert figures["throughput"]["raw"][0] > 0 and figures["throughput"]["grpo"][0] > 0
