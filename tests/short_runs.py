@@ -61,7 +61,7 @@ def simulator(env_id: str) -> str:
 
 def trainer_script(config: pathlib.Path) -> str:
     """The entry point a config is for, from its name (``*_ppo.yaml`` / ``*_grpo.yaml``)."""
-    for algo in ("ppo", "grpo"):
+    for algo in ("ppo", "grpo", "sft"):
         if config.stem.endswith(f"_{algo}"):
             return f"trainers/{algo}.py"
     raise AssertionError(f"{config.name}: name it *_ppo.yaml or *_grpo.yaml (the trainer it runs), "
@@ -90,8 +90,12 @@ def config_short_form(config: pathlib.Path, run_dir: str | pathlib.Path, models:
             overrides.append("policy.kwargs.lora.rank=4")
     elif name not in READY_POLICIES:
         raise AssertionError(f"{config.name}: policy {name!r} has no short form in tests/short_runs.py")
-    if trainer_script(pathlib.Path(config)) == "trainers/ppo.py":
+    script = trainer_script(pathlib.Path(config))
+    if script == "trainers/ppo.py":
         overrides += ["ppo.n_steps=2", "ppo.batch_size=2", "ppo.n_epochs=1"]
+    elif script == "trainers/sft.py":  # two optimizer steps on whatever dataset the config names
+        overrides = [o for o in overrides if o.split("=")[0] not in ("total_timesteps", "env.vectorization")]
+        overrides += ["sft.max_steps=2", f"sft.batch_size={4 * nproc}"]
     else:
         overrides += ["grpo.group_size=2", f"grpo.groups_per_update={nproc}", "grpo.batch_size=8", "grpo.n_epochs=1"]
     return overrides

@@ -40,6 +40,9 @@ RUN_PROGRAMS = ("torchrun", "python", "python3", "vla-gym")
 #: first words of README lines that are not run (installation, viewers)
 IGNORED_PROGRAMS = ("bash", "pip", "tensorboard", "apt", "apt-get", "sudo", "git", "cd", "export", "conda")
 MAIN_JOB = "torchrun --nproc_per_node=2 trainers/ppo.py --config examples/configs/maniskill_pushcube_ppo.yaml"
+LIBERO_DEMOS = ("vla-gym demos VLA/LiberoSpatial-v0 --episodes-per-task 20 --image-size 224 --out data/libero_spatial "
+                "--workers 2")
+LIBERO_SFT = "torchrun --nproc_per_node=2 trainers/sft.py --config examples/configs/libero_small_sft.yaml"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +82,19 @@ SHORT_FORMS = {
         replace=(("--nproc_per_node=8", "--nproc_per_node=1"),),  # the model: a tiny PaliGemma (config short form)
         expect_files=("runs/libero_vla_tokens_grpo/checkpoints/ckpt_*.pt",)),
     "python trainers/ppo.py --config examples/configs/maniskill_small_ppo.yaml": Short(same_as_config_test=True),
+    # LIBERO demos -> SFT -> GRPO -> eval, chained: one short episode of one task, two SFT steps, one GRPO update
+    LIBERO_DEMOS: Short(
+        replace=(("--episodes-per-task 20", "--episodes-per-task 1"), ("--image-size 224", "--image-size 64"),
+                 ("--workers 2", "--workers 1")),
+        extra=("--task-ids", "0", "--keep-failures", "--env-kwarg", "max_episode_steps=8"),
+        expect_files=("data/libero_spatial/meta/info.json",)),
+    LIBERO_SFT: Short(needs=LIBERO_DEMOS, expect_files=("runs/libero_small_sft/final.pt",)),
+    "python trainers/grpo.py --config examples/configs/libero_small_grpo.yaml "
+    "grpo.init_checkpoint=runs/libero_small_sft/final.pt": Short(
+        needs=LIBERO_SFT, expect_files=("runs/libero_small_grpo/checkpoints/ckpt_*.pt",)),
+    "python trainers/eval.py --checkpoint runs/libero_small_sft/final.pt --episodes-per-task 10": Short(
+        replace=(("--episodes-per-task 10", "--episodes-per-task 1"),), extra=("--tasks", "0"),
+        needs=LIBERO_SFT, expect_files=("runs/libero_small_sft/eval-final/eval.md",)),
 }
 # README commands that are not run here, with the reason (a test file named in the reason must run the command)
 NOT_RUN = {

@@ -46,6 +46,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def default_report_dir(checkpoint: pathlib.Path) -> pathlib.Path:
+    """``<run dir>/eval-<checkpoint name>``: the run dir holds ``checkpoints/`` (PPO/GRPO) or the file (SFT's final.pt)."""
+    run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
+    return run_dir / f"eval-{checkpoint.stem}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     dist = Distributed.from_env(args.device)
@@ -70,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         task_ids = [int(t) for t in args.tasks.split(",")] if args.tasks else None
         specs = suite_specs(envs, args.episodes_per_task, task_ids, seed=args.seed)
         mine = specs[dist.rank::dist.world_size]
-        out = pathlib.Path(args.out) if args.out else pathlib.Path(args.checkpoint).parent.parent / (
-            "eval-" + pathlib.Path(args.checkpoint).stem)
+        out = pathlib.Path(args.out) if args.out else default_report_dir(pathlib.Path(args.checkpoint))
         video_dir = out / "videos" if dist.is_main and args.video_episodes else None
         results = EpisodeRunner(envs, policy).run(mine, deterministic=not args.stochastic, video_dir=video_dir,
                                                   video_episodes=args.video_episodes)
