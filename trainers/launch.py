@@ -27,16 +27,24 @@ def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def train_main(algo_cls, argv: list[str] | None = None) -> int:
-    args = parse_args(argv, f"Train with {algo_cls.__name__} (see docs/trainers.md)")
+def resolve_config(args: argparse.Namespace):
+    """``(config, None)`` for a trainer's command line, or ``(None, exit code)`` once a config error or
+    ``--print-config`` has been printed."""
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
-        return 2
+        return None, 2
     if args.print_config:
         print(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
-        return 0
+        return None, 0
+    return cfg, None
+
+
+def train_main(algo_cls, argv: list[str] | None = None) -> int:
+    cfg, exit_code = resolve_config(parse_args(argv, f"Train with {algo_cls.__name__} (see docs/trainers.md)"))
+    if cfg is None:
+        return exit_code
     from vla_gym.trainers.distributed import Distributed
 
     dist = Distributed.from_env(cfg.device)

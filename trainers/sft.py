@@ -255,20 +255,12 @@ class SFT:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from vla_gym.trainers.launch import parse_args
-    from vla_gym.trainers.config import ConfigError, load_config
+    from vla_gym.trainers.launch import parse_args, resolve_config
 
-    args = parse_args(argv, "Behaviour cloning (SFT) on a LeRobot v3 demonstration dataset (see docs/sft.md)")
-    try:
-        cfg = load_config(args.config, args.overrides)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
-    if args.print_config:
-        import yaml
-
-        print(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
-        return 0
+    cfg, exit_code = resolve_config(
+        parse_args(argv, "Behaviour cloning (SFT) on a LeRobot v3 demonstration dataset (see docs/sft.md)"))
+    if cfg is None:
+        return exit_code
     dist = Distributed.from_env(cfg.device)
     try:
         sft = SFT.from_config(cfg, dist=dist)
