@@ -169,6 +169,26 @@ def test_grpo_from_a_ppo_checkpoint_with_reference_kl(tmp_path):
     grpo.close()
 
 
+def test_ppo_from_a_checkpoint_without_critic_keeps_a_fresh_critic(tmp_path):
+    """SFT -> PPO: ppo.init_checkpoint loads the actor of a critic-less checkpoint (SFT, GRPO); the critic starts fresh."""
+    grpo = GRPO("mlp", "CartPole-v1", num_envs=1, group_size=2, groups_per_update=1, score="return")
+    grpo.save(tmp_path / "actor.pt")
+    fresh = PPO("mlp", "CartPole-v1", num_envs=1, seed=1)
+    ppo = PPO("mlp", "CartPole-v1", num_envs=1, seed=1, init_checkpoint=str(tmp_path / "actor.pt"), n_steps=16,
+              batch_size=16, n_epochs=1)
+    actor = grpo.policy.state_dict()
+    for key, value in ppo.policy.state_dict().items():
+        expected = actor[key] if key in actor else fresh.policy.state_dict()[key]
+        assert torch.equal(value, expected), key
+    assert any(key.startswith("value_head.") for key in ppo.policy.state_dict())
+    ppo.learn(32)
+    with pytest.raises(ValueError, match="ppo.init_checkpoint"):
+        PPO("mlp", "CartPole-v1", num_envs=1, policy_kwargs={"hidden_sizes": [8]},
+            init_checkpoint=str(tmp_path / "actor.pt"))
+    for model in (grpo, fresh, ppo):
+        model.close()
+
+
 @pytest.mark.slow
 def test_cartpole_benchmark_short_form(tmp_path):
     result = run_script("benchmarks/bench_ppo_cartpole.py", "--seeds", "1", "--steps", "40000",

@@ -129,6 +129,29 @@ def load_policy(checkpoint: str | os.PathLike | dict[str, Any], device: str | to
     return policy.to(device).eval()
 
 
+#: parameter-name prefixes of a policy's critic (value network and value head)
+CRITIC_PREFIXES = ("vf_net.", "value_head.")
+
+
+def load_actor_weights(policy, path: str | os.PathLike, setting: str, device: str | torch.device = "cpu") -> list[str]:
+    """Start ``policy`` from the actor of a PPO, GRPO or SFT checkpoint; returns the checkpoint's dropped tensors.
+
+    Every actor tensor of ``policy`` must be in the checkpoint, else the error names ``setting`` (the config key,
+    e.g. ``grpo.init_checkpoint``). A critic in the checkpoint that ``policy`` lacks is dropped (GRPO); a critic
+    ``policy`` has that the checkpoint lacks keeps its fresh initialisation (PPO after SFT).
+    """
+    state = load_checkpoint(path, map_location=device)["policy"]
+    own = policy.state_dict()
+    missing = [key for key in own if key not in state and not key.startswith(CRITIC_PREFIXES)]
+    reshaped = [key for key in own if key in state and state[key].shape != own[key].shape]
+    if missing or reshaped:
+        what = f"lacks parameters {missing[:5]}" if missing else f"has other shapes for {reshaped[:5]}"
+        raise ValueError(f"{setting}={path} {what}: it was trained with another policy "
+                         "(compare policy.name / policy.kwargs)")
+    policy.load_state_dict({**own, **{key: value for key, value in state.items() if key in own}})
+    return [key for key in state if key not in own]
+
+
 def rng_state(generators: dict[str, torch.Generator] | None = None) -> dict[str, Any]:
     """Python, numpy, torch (and CUDA) global RNG states plus named torch generators."""
     state = {

@@ -73,6 +73,8 @@ class PPOConfig:
     #: stop an update's epochs early once the (all-ranks) approx KL exceeds this; null disables it
     target_kl: float | None = None
     adam_eps: float = 1e-5
+    #: checkpoint (SFT, PPO or GRPO) whose actor to start from; a critic it lacks starts fresh
+    init_checkpoint: str | None = None
 
 
 @dataclass
@@ -99,7 +101,7 @@ class GRPOConfig:
     max_grad_norm: float | None = 1.0
     target_kl: float | None = None
     adam_eps: float = 1e-5
-    #: checkpoint (of a PPO or GRPO run) to start from; its critic, if any, is dropped
+    #: checkpoint (SFT, PPO or GRPO) whose actor to start from; its critic, if any, is dropped
     init_checkpoint: str | None = None
 
 

@@ -28,7 +28,7 @@ from vla_gym.episodes import episode_sums
 from vla_gym.trainers.advantages import group_advantages
 from vla_gym.trainers.algorithm import OnPolicyAlgorithm
 from vla_gym.trainers.buffer import RolloutBuffer
-from vla_gym.trainers.checkpoint import load_checkpoint
+from vla_gym.trainers.checkpoint import load_actor_weights
 from vla_gym.trainers.envs import env_attr
 from vla_gym.trainers.episode_runner import EpisodeRunner, EpisodeSpec
 from vla_gym.trainers.losses import clipped_policy_loss, kl_to_reference
@@ -50,14 +50,7 @@ class GRPO(OnPolicyAlgorithm):
 
     def prepare_policy(self) -> None:
         if self.hp.init_checkpoint:
-            state = load_checkpoint(self.hp.init_checkpoint, map_location=self.device)["policy"]
-            own = self.policy.state_dict()
-            dropped = [k for k in state if k not in own]
-            missing = [k for k in own if k not in state]
-            if missing:
-                raise ValueError(f"grpo.init_checkpoint {self.hp.init_checkpoint} lacks parameters {missing[:5]}: "
-                                 "it was trained with another policy (compare policy.name / policy.kwargs)")
-            self.policy.load_state_dict({k: v for k, v in state.items() if k in own})
+            dropped = load_actor_weights(self.policy, self.hp.init_checkpoint, "grpo.init_checkpoint", self.device)
             if dropped and self.dist.is_main:
                 print(f"grpo.init_checkpoint: loaded actor weights, dropped {len(dropped)} critic tensors", flush=True)
         if self.policy.has_critic and self.dist.is_main:

@@ -18,6 +18,7 @@ import sys
 
 from vla_gym.trainers.algorithm import OnPolicyAlgorithm, schedule
 from vla_gym.trainers.buffer import RolloutBuffer
+from vla_gym.trainers.checkpoint import load_actor_weights
 from vla_gym.trainers.losses import clipped_policy_loss, explained_variance, value_loss
 from vla_gym.trainers.rollout import RolloutCollector
 
@@ -25,6 +26,10 @@ from vla_gym.trainers.rollout import RolloutCollector
 class PPO(OnPolicyAlgorithm):
     algo = "ppo"
     extra_train_keys = ("train/critic/value_loss", "train/critic/value_clip_ratio")
+
+    def prepare_policy(self) -> None:
+        if self.hp.init_checkpoint:  # e.g. an SFT checkpoint: its actor, a fresh critic
+            load_actor_weights(self.policy, self.hp.init_checkpoint, "ppo.init_checkpoint", self.device)
 
     def start_rollouts(self, seeds: list[int]) -> None:
         self.buffer = RolloutBuffer(self.hp.n_steps, self.num_envs, self.device)
