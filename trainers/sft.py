@@ -98,6 +98,9 @@ class SFT:
         if not self.hp.dataset:
             raise ValueError("sft.dataset is not set: record one with `vla-gym demos ENV_ID --out DIR` and pass "
                              "sft.dataset=DIR")
+        if cfg.distributed.strategy != "ddp":
+            raise ValueError(f"distributed.strategy={cfg.distributed.strategy!r}: SFT trains with ddp only so far "
+                             "(PPO and GRPO take fsdp); set distributed.strategy=ddp")
         self.dist = dist or Distributed.from_env(cfg.device)
         self.device = self.dist.device
         if cfg.torch_threads:
