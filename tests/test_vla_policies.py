@@ -165,6 +165,7 @@ def test_vla_configs_validate(path):
 def test_vla_configs_cover_every_family_and_benchmark():
     names = [p.stem for p in VLA_CONFIGS]
     for family in ("vla_tokens", "vla_oft", "pi0", "small"):
-        assert {n.rsplit("_", 1)[1] for n in names if f"_{family}_" in n} == {"ppo", "grpo"}, family
+        # RL with both algorithms, and behaviour cloning (SFT) before it
+        assert {n.rsplit("_", 1)[1] for n in names if f"_{family}_" in n} == {"ppo", "grpo", "sft"}, family
     for bench in ("libero", "maniskill", "behavior"):
         assert any(n.startswith(bench) for n in names)
