@@ -42,7 +42,11 @@ def resolve_config(args: argparse.Namespace):
 
 
 def train_main(algo_cls, argv: list[str] | None = None) -> int:
-    cfg, exit_code = resolve_config(parse_args(argv, f"Train with {algo_cls.__name__} (see docs/trainers.md)"))
+    """The entry point of ``trainers/{ppo,grpo,sft}.py``. A trainer class may set ``cli_description``,
+    ``setup_errors`` (exceptions of ``from_config`` whose message says what to do: exit code 2) and
+    ``summary_lines(self)`` (what rank 0 prints at the end)."""
+    description = getattr(algo_cls, "cli_description", f"Train with {algo_cls.__name__} (see docs/trainers.md)")
+    cfg, exit_code = resolve_config(parse_args(argv, description))
     if cfg is None:
         return exit_code
     from vla_gym.trainers.distributed import Distributed
@@ -54,17 +58,22 @@ def train_main(algo_cls, argv: list[str] | None = None) -> int:
         print(f"error: {cfg.env.id} cannot run on this machine.\n{exc}", file=sys.stderr)
         dist.close()
         return 1
+    except getattr(algo_cls, "setup_errors", ()) as exc:  # e.g. SFT without its dataset
+        print(f"{algo_cls.__name__.lower()}: {exc}", file=sys.stderr)
+        dist.close()
+        return 2
     try:
         algo.learn()
         if dist.is_main:
-            _print_summary(algo)
+            print("\n".join(getattr(algo_cls, "summary_lines", run_summary_lines)(algo)), flush=True)
     finally:
         algo.close()
         dist.close()
     return 0
 
 
-def _print_summary(algo) -> None:
+def run_summary_lines(algo) -> list[str]:
+    """Where a PPO/GRPO run went: directory, config, TensorBoard, last checkpoint, evaluation, videos."""
     run = algo.run_path
     lines = [f"run directory: {run}", f"  config:      {run / 'config.yaml'}"]
     if algo.cfg.logging.tensorboard:
@@ -78,4 +87,4 @@ def _print_summary(algo) -> None:
                      f"over {overall['episodes']} episodes -> {run / 'eval' / 'eval.md'}".replace("success nan, ", ""))
         for video in algo.last_eval.get("videos", []):
             lines.append(f"  video:       {video}")
-    print("\n".join(lines), flush=True)
+    return lines

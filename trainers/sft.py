@@ -90,6 +90,9 @@ class SFT:
     """Behaviour cloning from a demonstration dataset (module docstring)."""
 
     algo = "sft"
+    cli_description = "Behaviour cloning (SFT) on a LeRobot v3 demonstration dataset (see docs/sft.md)"
+    #: from_config errors whose message says what to do (no dataset, a dataset that does not fit the env)
+    setup_errors = (ValueError, FileNotFoundError)
 
     def __init__(self, cfg: Config, dist: Distributed | None = None, write_run: bool = True):
         from vla_gym.dataset import DemoDataset
@@ -253,43 +256,28 @@ class SFT:
             return None
         return self.run.checkpointer.save(self.state_dict(rng), self.num_updates)
 
+    def summary_lines(self) -> list[str]:
+        """What the command line prints at the end: loss, the checkpoint RL starts from, TensorBoard, evaluation."""
+        lines = [f"run directory: {self.run_path}",
+                 f"  loss:        {self.last_metrics.get('train/loss', float('nan')):.4f} after "
+                 f"{self.num_updates} steps ({self.num_updates / self.steps_per_epoch:.1f} epochs)"]
+        if self.run_path is not None:
+            lines.append(f"  checkpoint:  {self.run_path / 'final.pt'}   (grpo.init_checkpoint=...)")
+            if self.cfg.logging.tensorboard:
+                lines.append(f"  tensorboard: tensorboard --logdir {self.run_path / 'tensorboard'}")
+        if self.last_eval:
+            overall = self.last_eval["overall"]
+            lines.append(f"  evaluation:  success {overall['success_rate']:.3f} over {overall['episodes']} episodes")
+        return lines
+
     def close(self) -> None:
         self.evaluator.close()
 
 
 def main(argv: list[str] | None = None) -> int:
-    from vla_gym.trainers.launch import parse_args, resolve_config
+    from vla_gym.trainers.launch import train_main
 
-    cfg, exit_code = resolve_config(
-        parse_args(argv, "Behaviour cloning (SFT) on a LeRobot v3 demonstration dataset (see docs/sft.md)"))
-    if cfg is None:
-        return exit_code
-    dist = Distributed.from_env(cfg.device)
-    try:
-        sft = SFT.from_config(cfg, dist=dist)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"sft: {exc}", file=sys.stderr)
-        dist.close()
-        return 2
-    try:
-        sft.learn()
-        if dist.is_main:
-            lines = [f"run directory: {sft.run_path}",
-                     f"  loss:        {sft.last_metrics.get('train/loss', float('nan')):.4f} after "
-                     f"{sft.num_updates} steps ({sft.num_updates / sft.steps_per_epoch:.1f} epochs)"]
-            if sft.run_path is not None:
-                lines.append(f"  checkpoint:  {sft.run_path / 'final.pt'}   (grpo.init_checkpoint=...)")
-                if cfg.logging.tensorboard:
-                    lines.append(f"  tensorboard: tensorboard --logdir {sft.run_path / 'tensorboard'}")
-            if sft.last_eval:
-                overall = sft.last_eval["overall"]
-                lines.append(f"  evaluation:  success {overall['success_rate']:.3f} over {overall['episodes']} "
-                             "episodes")
-            print("\n".join(lines), flush=True)
-    finally:
-        sft.close()
-        dist.close()
-    return 0
+    return train_main(SFT, argv)
 
 
 if __name__ == "__main__":
