@@ -188,3 +188,13 @@ def test_sft_under_torchrun_two_processes(datasets, tmp_path):
     assert state["counters"]["frames_seen"] == 2 * 8 and len(state["rng"] or []) == 0  # final.pt: no RNG states
     checkpoint = torch.load(tmp_path / "maniskill_small_sft" / "checkpoints" / "ckpt_00000002.pt", weights_only=False)
     assert len(checkpoint["rng"]) == 2  # one RNG state per rank
+
+
+def test_sft_command_line_errors_name_the_fix(tmp_path):
+    """Through launch.train_main: a missing dataset and an unsupported strategy stop with exit code 2 and a message."""
+    config = ROOT / "examples" / "configs" / "maniskill_small_sft.yaml"
+    for overrides, words in (([f"sft.dataset={tmp_path / 'none'}"], "vla-gym demos"),
+                             (["sft.dataset=data/x", "distributed.strategy=fsdp"], "distributed.strategy=ddp")):
+        result = subprocess.run([*executable("python"), "trainers/sft.py", "--config", str(config), *overrides],
+                                cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300, check=False)
+        assert result.returncode == 2 and words in result.stderr and "Traceback" not in result.stderr, result.stderr
