@@ -2,6 +2,7 @@
 
     vla-gym list                  # every registered id, its backend, suite size, runnable offline here?
     vla-gym list --backend libero
+    vla-gym list --pro            # each LIBERO-PRO id (perturbed LIBERO suites), its OOD category, what it changes
     vla-gym check                 # are the rendering system packages there?
     vla-gym demos VLA/LiberoObject-v0 --episodes-per-task 20 --out data/x --workers 2   # expert demos (LeRobot v3)
 """
@@ -34,6 +35,10 @@ def runnable_status(entry, backend_importable: bool) -> str:
     """``yes``, or ``no (...)`` with the exact command that makes ``entry`` runnable here."""
     if not backend_importable:
         return "no (" + INSTALL_HINTS.get(entry.backend, f'pip install "vla-gym[{entry.extra}]"') + ")"
+    if entry.kwargs.get("perturbation"):
+        from vla_gym import libero_pro
+
+        return libero_pro.installed_status()
     absent = missing_downloads(entry)
     if absent:
         commands = " && ".join(f"python -m mani_skill.utils.download_asset {maniskill_id}" for maniskill_id in absent)
@@ -41,7 +46,21 @@ def runnable_status(entry, backend_importable: bool) -> str:
     return "yes"
 
 
+def _pro_summary(base_entry, pro_entries: list, status: str) -> str:
+    """One line under a LIBERO suite's row: its LIBERO-PRO ids by OOD category."""
+    from vla_gym import libero_pro
+
+    ids = {entry.kwargs["perturbation"]: entry.env_id for entry in pro_entries}
+    groups = libero_pro.variants_by_category(base_entry.kwargs["suite"])
+    names = "; ".join(f"{group}: " + ", ".join(ids[v.perturbation].split("-")[-2] for v in found)
+                      for group, found in groups.items() if found)
+    pattern = base_entry.env_id.replace("-v0", "-<X>-v0")
+    note = "" if status == "yes" else f"  [runnable: {status}]"
+    return f"  + LIBERO-PRO {pattern} ({len(pro_entries)}): {names}{note}"
+
+
 def list_envs(backend: str | None = None, out=sys.stdout) -> int:
+    """Every id, one row each; a LIBERO suite's LIBERO-PRO ids on one line under it (``list_pro`` lists them)."""
     rows = [e for e in ENTRIES.values() if backend in (None, e.backend)]
     if not rows:
         known = sorted({e.backend for e in ENTRIES.values()})
@@ -51,14 +70,50 @@ def list_envs(backend: str | None = None, out=sys.stdout) -> int:
     for entry in rows:
         if entry.backend not in importable:
             importable[entry.backend] = entry.available()
-    width = max(len(e.env_id) for e in rows)
+    pro = {}  # base suite -> its LIBERO-PRO entries
+    for entry in rows:
+        if entry.kwargs.get("perturbation"):
+            pro.setdefault(entry.kwargs["suite"], []).append(entry)
+    shown = [e for e in rows if not e.kwargs.get("perturbation")]
+    width = max(len(e.env_id) for e in shown)
     print(f"{'id':<{width}}  {'backend':<9}  {'tasks':>5}  runnable offline here", file=out)
     runnable = 0
-    for entry in rows:
+    for entry in shown:
         status = runnable_status(entry, importable[entry.backend])
         runnable += status == "yes"
         print(f"{entry.env_id:<{width}}  {entry.backend:<9}  {entry.num_tasks:>5}  {status}", file=out)
+        perturbed = pro.get(entry.kwargs.get("suite")) if entry.backend == "libero" else None
+        if perturbed:
+            pro_status = runnable_status(perturbed[0], importable["libero"])
+            runnable += len(perturbed) * (pro_status == "yes")
+            print(_pro_summary(entry, perturbed, pro_status), file=out)
+    if pro:
+        count = sum(len(found) for found in pro.values())
+        print(f"(+ {count} LIBERO-PRO ids, one line per suite above; `vla-gym list --pro` lists each, what it "
+              "changes, and the suites LIBERO-PRO registers without files)", file=out)
     print(f"{len(rows)} ids, {runnable} runnable offline here", file=out)
+    return 0
+
+
+def list_pro(out=sys.stdout) -> int:
+    """Every LIBERO-PRO suite the installed catalog knows: its id (or why it has none), category, changes."""
+    from vla_gym import libero_pro
+
+    found = libero_pro.variants(include_unavailable=True)
+    first = ENTRIES[next(v.env_id for v in found if v.env_id)]
+    status = runnable_status(first, first.available())
+    width = max(len(v.env_id or v.benchmark) for v in found) + 2
+    print(f"{'id (or LIBERO name when not registered)':<{width}}  {'category':<9}  {'tasks':>5}  changes", file=out)
+    for v in sorted(found, key=lambda v: (v.env_id is None, v.base_suite, libero_pro.CATEGORIES.index(v.category))):
+        name = v.env_id or f"({v.benchmark})"
+        note = f"not registered: {v.unavailable}" if not v.env_id else v.changes
+        if v.dropped_tasks:
+            note += f"; left out: {'; '.join(v.dropped_tasks)}"
+        print(f"{name:<{width}}  {v.category:<9}  {v.num_tasks:>5}  {note}", file=out)
+    registered = sum(bool(v.env_id) for v in found)
+    print(f"{registered} LIBERO-PRO ids (runnable here: {status}), {len(found) - registered} suites without "
+          f"files in {libero_pro.catalog_source()}; gym.make(<suite id>, perturbation=...) makes the same envs",
+          file=out)
     return 0
 
 
@@ -67,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     list_parser = sub.add_parser("list", help="list registered env ids")
     list_parser.add_argument("--backend", help="only this backend (libero, maniskill, behavior)")
+    list_parser.add_argument("--pro", action="store_true",
+                             help="each LIBERO-PRO id (perturbed LIBERO suite), its OOD category and what it changes")
     sub.add_parser("check", help="check the system packages headless rendering needs")
     from vla_gym import record_demos
 
@@ -75,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demos":
         return record_demos.main(args)
     if args.command == "list":
-        return list_envs(args.backend)
+        return list_pro() if args.pro else list_envs(args.backend)
     from vla_gym import system
 
     return system.main([])

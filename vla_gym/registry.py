@@ -28,12 +28,18 @@ class EnvEntry:
 
 
 def _libero_entries() -> list[EnvEntry]:
+    from vla_gym import libero_pro
     from vla_gym.tasks import libero
 
     return [
         EnvEntry(env_id, "libero", "vla_gym.backends.libero:LiberoEnv", len(libero.suite_tasks(suite)),
                  requires="libero", extra="libero", kwargs={"suite": suite})
         for env_id, suite in libero.ENV_IDS.items()
+    ] + [  # LIBERO-PRO's perturbed suites that its wheel ships: VLA/LiberoObject-Swap-v0, ...
+        EnvEntry(variant.env_id, "libero", "vla_gym.backends.libero:LiberoEnv", variant.num_tasks,
+                 requires="libero", extra="libero",
+                 kwargs={"suite": variant.base_suite, "perturbation": variant.perturbation})
+        for variant in libero_pro.variants()
     ]
 
 

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from vla_gym import fork_guard
+from vla_gym import fork_guard, libero_pro
 from vla_gym.backends.base import Backend, TaskSpec
 from vla_gym.env import VLAEnv
 from vla_gym.errors import MissingSimulatorError, RenderingUnavailableError
@@ -242,15 +242,22 @@ class LiberoEnv(VLAEnv):
             in OpenVLA's and openpi's LIBERO evaluation).
         flip: ``vertical`` gives the true view; ``both`` also mirrors left-right, the convention of
             the OpenVLA / openpi LIBERO training data.
+        perturbation: a LIBERO-PRO perturbation of ``suite`` (``swap``, ``lan``, ``object``, ``task``,
+            ``with_mug``, ...): the perturbed suite with its own tasks, instructions and initial states, as its
+            own id (``VLA/LiberoObject-Swap-v0``) gives; see docs/libero_pro.md.
     """
 
     def __init__(self, suite: str, task_id: int | None = None, init_state_id: int | None = None,
                  cameras: Sequence[str] = ("main", "wrist"), image_size: int | tuple[int, int] = 224,
                  max_episode_steps: int | None = None, render_mode: str | None = None,
-                 settle_steps: int = 10, flip: str = "vertical"):
+                 settle_steps: int = 10, flip: str = "vertical", perturbation: str | None = None):
         if isinstance(image_size, int):
             image_size = (image_size, image_size)
+        if perturbation is not None:
+            suite = libero_pro.benchmark_name(suite, perturbation)  # lists the offered ones if unknown
         tasks = suite_tasks(suite)
         backend = LiberoBackend(tuple(cameras), tuple(image_size), settle_steps=settle_steps, flip=flip)
+        if libero_pro.is_perturbed(suite):
+            libero_pro.check_installed(tasks)  # the installed LIBERO has this LIBERO-PRO suite and its files
         super().__init__(backend, tasks, task_id=task_id, init_state_id=init_state_id,
                          max_episode_steps=max_episode_steps, render_mode=render_mode)

@@ -44,13 +44,19 @@ def suite_tasks(suite: str) -> tuple[TaskSpec, ...]:
 
     Each task's ``max_episode_steps`` is its own suite's limit (:data:`SUITE_MAX_STEPS`), also
     inside ``libero_130``: a LIBERO-Long task gets 520 steps there, a LIBERO-Spatial task 220.
+    A LIBERO-PRO suite (``libero_object_swap``) gives its buildable tasks (:mod:`vla_gym.libero_pro`).
     """
+    from vla_gym import libero_pro  # it imports this module
+
     if suite == LIBERO_130:
         members = list(SUITE_MAX_STEPS)
     elif suite in SUITE_MAX_STEPS:
         members = [suite]
+    elif libero_pro.is_perturbed(suite):
+        return libero_pro.suite_tasks(suite)
     else:
-        raise ValueError(f"unknown LIBERO suite {suite!r}; choose from {[LIBERO_130, *SUITE_MAX_STEPS]}")
+        raise ValueError(f"unknown LIBERO suite {suite!r}; choose from {[LIBERO_130, *SUITE_MAX_STEPS]} "
+                         f"or a LIBERO-PRO suite such as libero_object_swap (vla-gym list --backend libero)")
     tasks = []
     for member in members:
         for local_index, row in enumerate(_table()[member]):
