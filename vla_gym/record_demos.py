@@ -54,9 +54,11 @@ def env_tasks(env_id: str) -> tuple:
 
     entry = vla_gym.check_env_id(env_id)
     if entry.backend == "libero":
+        from vla_gym.libero_pro import benchmark_name
         from vla_gym.tasks.libero import suite_tasks
 
-        return suite_tasks(entry.kwargs["suite"])
+        perturbation = entry.kwargs.get("perturbation")  # a LIBERO-PRO id: its own tasks
+        return suite_tasks(benchmark_name(entry.kwargs["suite"], perturbation) if perturbation else entry.kwargs["suite"])
     if entry.backend == "maniskill":
         from vla_gym.tasks.maniskill import task_specs
 
