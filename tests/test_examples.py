@@ -40,6 +40,7 @@ BENCHMARKS = {
     "benchmarks/bench_action_chunk.py": ["--image-size", "64", "--chunk-size", "2", "--chunks", "1"],
     "benchmarks/bench_libero.py": ["--steps", "2", "--rounds", "1", "--resets", "1", "--size", "64"],
     "benchmarks/bench_maniskill.py": ["--modes", "state", "images", "--size", "32", "--episodes", "1", "--steps", "5"],
+    "benchmarks/bench_pipeline.py": ["--quick"],
 }
 #: GPU-only: without CUDA they must stop at once with a message that says so (the words checked)
 GPU_ONLY = {

@@ -169,6 +169,14 @@ class EvalConfig:
 
 
 @dataclass
+class RolloutConfig:
+    #: S: split each process's envs into S stages that step in turn while the policy infers for the next one
+    #: (trainers/pipeline.py); S must divide the envs per process and needs env.vectorization=async; the same
+    #: trajectories as 1 (docs/scale.md)
+    pipeline_stages: int = 1
+
+
+@dataclass
 class DistributedConfig:
     #: ddp: a whole policy per rank, gradients averaged (LoRA, models that fit once per device); fsdp: FSDP2 shards
     #: parameters, gradients and optimizer state over the ranks (full fine-tunes of models that do not fit)
@@ -196,6 +204,7 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     @property

@@ -50,6 +50,8 @@ def autoreset_mode(envs: VectorEnv) -> AutoresetMode:
 
 def env_attr(envs: VectorEnv, name: str, default: Any = None) -> Any:
     """Attribute ``name`` of the first sub-env (through its wrappers), or ``default``."""
+    if isinstance(envs, AsyncVectorEnv) and not envs.call("has_wrapper_attr", name)[0]:
+        return default  # asking a worker for a missing attribute would shut the workers down
     try:
         return envs.get_attr(name)[0]
     except AttributeError:

@@ -24,6 +24,12 @@ step, task: the rules are :mod:`vla_gym.episodes`'); an :class:`EpisodeResult` i
 :class:`~vla_gym.episodes.Episode` plus the spec it was played from and its video. :func:`summarize` applies
 :func:`vla_gym.episodes.summarize` overall and per task.
 
+Pipelining (``pipeline_stages=S``, config ``rollout.pipeline_stages``; :mod:`vla_gym.trainers.pipeline`): the envs
+step in S stages and the policy infers for one stage while the others step. A stage in which an episode ended
+waits for the vector step's end, where the freed envs are reset (after the other stages' steps in flight are
+drained). Each episode samples from its own generator (seeded from torch's global one when ``run`` starts), so an
+episode's actions do not depend on S, on which env slot plays it, or on which envs share its batch.
+
 Videos are composed from ``obs["images"]`` (:func:`vla_gym.video.video_frame`: cameras + instruction and
 status overlay) or, for envs without cameras, from ``render()`` (make the env with ``render_mode="rgb_array"``).
 """
@@ -45,6 +51,7 @@ from vla_gym import episodes
 from vla_gym.episodes import Episode, EpisodeCounter
 from vla_gym.trainers.batch import to_torch
 from vla_gym.trainers.envs import autoreset_mode, env_attr
+from vla_gym.trainers.pipeline import StagedStepper, row_generators, seeded_generators, split
 from vla_gym.trainers.policies.base import Policy
 
 
@@ -70,8 +77,9 @@ class EpisodeResult(Episode):
     video: str | None = None
 
 
-#: recorder(obs, actions, log_probs, jobs): one call per vector step before it is taken; ``jobs[i]`` is the
-#: index of the episode env i is running, -1 when it is idle (its transition is to be ignored)
+#: recorder(obs, actions, log_probs, jobs): one call per step of a pipeline stage's envs (all envs when
+#: pipeline_stages=1) before it is taken, for that stage's rows; ``jobs[i]`` is the index of the episode the stage's
+#: env i is running, -1 when it is idle (its transition is to be ignored)
 Recorder = Callable[[Any, torch.Tensor, torch.Tensor, np.ndarray], None]
 
 
@@ -145,7 +153,7 @@ _MISSING = object()
 
 
 class EpisodeRunner:
-    def __init__(self, envs: VectorEnv, policy: Policy):
+    def __init__(self, envs: VectorEnv, policy: Policy, pipeline_stages: int = 1):
         self.envs, self.policy = envs, policy
         self.mode = autoreset_mode(envs)
         if self.mode == AutoresetMode.NEXT_STEP and isinstance(envs, AsyncVectorEnv):
@@ -153,6 +161,7 @@ class EpisodeRunner:
             # reset(options={"reset_mask"}), which would overwrite the episode's chosen initial state
             raise ValueError("EpisodeRunner needs SAME_STEP autoreset for async vector envs (vla_gym.make_vec's default)")
         self.num_envs = envs.num_envs
+        self.stepper = StagedStepper(envs, pipeline_stages)
         self.device = policy.device
         tasks = env_attr(envs, "tasks") or []
         self.task_names = {task.index: task.name for task in tasks}
@@ -218,7 +227,8 @@ class EpisodeRunner:
         try:
             return self._run(specs, deterministic, recorder, video_dir, video_episodes, video_prefix)
         finally:
-            self._unpin()
+            if not self.stepper.stepping:  # else an error left steps in flight: the vector env is unusable anyway
+                self._unpin()
 
     def _run(self, specs, deterministic, recorder, video_dir, video_episodes, video_prefix) -> list[EpisodeResult]:
         n = self.num_envs
@@ -250,13 +260,36 @@ class EpisodeRunner:
                     frames[job[i]] = [self._frame(_row(obs_np, i), i, 0, 0.0, 0.0, False)]
             return obs_np
 
-        obs_np = assign(range(n), True, None)
-        while (job >= 0).any():
-            obs = to_torch(obs_np, self.device)
-            actions, log_probs, _ = self.policy.act(obs, deterministic=deterministic)
+        stepper = self.stepper
+        # one generator per episode (sampled runs): its actions do not depend on its env slot or batch
+        generators = None if deterministic else seeded_generators(len(specs), self.device)
+        idle = torch.Generator(device=self.device).manual_seed(0)  # envs without an episode: actions ignored
+
+        def act_and_send(stage: int, stage_obs: Any) -> None:
+            rows = stepper.rows[stage]
+            obs = to_torch(stage_obs, self.device)
+            row_gens = None if generators is None else [generators[job[i]] if job[i] >= 0 else idle for i in rows]
+            with row_generators(row_gens):
+                actions, log_probs, _ = self.policy.act(obs, deterministic=deterministic)
             if recorder is not None:
-                recorder(obs, actions, log_probs, job.copy())
-            obs_np, rewards, terminated, truncated, infos = self.envs.step(self.policy.env_actions(actions))
+                recorder(obs, actions, log_probs, job[rows.start:rows.stop].copy())
+            stepper.send(stage, self.policy.env_actions(actions))
+
+        obs_np = assign(range(n), True, None)
+        for stage, stage_obs in enumerate(split(obs_np, stepper.rows)):
+            act_and_send(stage, stage_obs)
+        while True:
+            held = []  # stages with an episode end: they step again after this vector step's resets
+            for stage in range(stepper.num_stages):
+                stage_obs = stepper.wait(stage)
+                rows = stepper.rows[stage]
+                if (stepper.dones(stage) & (job[rows.start:rows.stop] >= 0)).any():
+                    held.append(stage)
+                else:  # infer for this stage while the next ones still step
+                    act_and_send(stage, stage_obs)
+            obs_np, rewards, terminated, truncated, infos = stepper.results()
+            if record_video:
+                stepper.drain()  # videos may call render() on the envs: no step in flight
             ended = {episode.env_index: episode for episode in counter.step(rewards, terminated, truncated, infos,
                                                                              active=job >= 0)}
             freed = []
@@ -273,7 +306,13 @@ class EpisodeRunner:
                     job[i] = -1
                     freed.append(i)
             if freed and queue:
+                stepper.drain()  # a reset needs every env idle
                 obs_np = assign(freed, False, obs_np)
+            if not (job >= 0).any():
+                stepper.drain()  # steps of envs left idle: results unused
+                break
+            for stage in held:
+                act_and_send(stage, split(obs_np, [stepper.rows[stage]])[0])
         return [results[k] for k in sorted(results)]
 
     def _result(self, episode: Episode, index: int, spec: EpisodeSpec, frames: list[np.ndarray] | None,

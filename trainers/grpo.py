@@ -71,7 +71,7 @@ class GRPO(OnPolicyAlgorithm):
         if self.hp.groups_per_update % self.dist.world_size:
             raise ValueError(f"grpo.groups_per_update={self.hp.groups_per_update} must be a multiple of the "
                              f"number of processes ({self.dist.world_size}) so that a group never spans ranks")
-        self.runner = EpisodeRunner(self.envs, self.policy)
+        self.runner = EpisodeRunner(self.envs, self.policy, self.cfg.rollout.pipeline_stages)
         self.tasks = env_attr(self.envs, "tasks") or []
         self.fixed_task = env_attr(self.envs, "task_id")
 
@@ -106,7 +106,8 @@ class GRPO(OnPolicyAlgorithm):
         if hp.filter_uniform_groups:
             keep = (~uniform).repeat_interleave(hp.group_size)
 
-        buffer = RolloutBuffer(len(steps), self.num_envs, self.device)
+        width = len(steps[0][3]) if steps else self.num_envs  # a pipeline stage's envs per record
+        buffer = RolloutBuffer(len(steps), width, self.device)
         for obs, actions, log_probs, jobs in steps:
             jobs = torch.as_tensor(jobs)
             valid = jobs >= 0

@@ -34,7 +34,7 @@ class PPO(OnPolicyAlgorithm):
     def start_rollouts(self, seeds: list[int]) -> None:
         self.buffer = RolloutBuffer(self.hp.n_steps, self.num_envs, self.device)
         self.collector = RolloutCollector(self.envs, self.policy, self.buffer, self.hp.gamma, self.hp.gae_lambda,
-                                          self.hp.bootstrap_terminated)
+                                          self.hp.bootstrap_terminated, self.cfg.rollout.pipeline_stages)
         self.collector.reset(seeds)
 
     def collect_rollouts(self):

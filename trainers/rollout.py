@@ -14,6 +14,11 @@ Terminations and truncations across auto-resets, for both gymnasium autoreset mo
   stored as invalid (not learnt from), and the value the policy computes on the final observation
   anyway bootstraps the truncated step, at no extra forward pass.
 
+Pipelining (``pipeline_stages=S``, config ``rollout.pipeline_stages``): the envs step in S stages and the policy
+infers for one stage while the others step (:mod:`vla_gym.trainers.pipeline`); the buffer is filled exactly as with
+S=1. Each env samples its actions from its own generator, seeded from torch's global one at each rollout, so the
+rollout is the same for every S.
+
 A step that is both terminated and truncated counts as terminated (no bootstrap). With
 ``bootstrap_terminated=True`` terminations are bootstrapped like truncations (ManiSkill's PPO does this for
 its success terminations, so that a dense-reward agent is not better off hovering next to the goal).
@@ -27,6 +32,7 @@ from vla_gym.episodes import Episode, EpisodeCounter, episode_sums
 from vla_gym.trainers.batch import stack, to_torch
 from vla_gym.trainers.buffer import RolloutBuffer
 from vla_gym.trainers.envs import autoreset_mode, env_attr
+from vla_gym.trainers.pipeline import StagedStepper, cat_torch, row_generators, seeded_generators, split
 from vla_gym.trainers.policies.base import Policy
 
 
@@ -57,42 +63,63 @@ class EpisodeTracker:
 
 class RolloutCollector:
     def __init__(self, envs: VectorEnv, policy: Policy, buffer: RolloutBuffer, gamma: float, gae_lambda: float,
-                 bootstrap_terminated: bool = False):
+                 bootstrap_terminated: bool = False, pipeline_stages: int = 1):
         if not policy.has_critic:
             raise ValueError("PPO needs a policy with a critic (policy.kwargs.critic: true)")
         self.envs, self.policy, self.buffer = envs, policy, buffer
         self.gamma, self.gae_lambda = gamma, gae_lambda
         self.bootstrap_terminated = bootstrap_terminated
         self.mode = autoreset_mode(envs)
+        self.stepper = StagedStepper(envs, pipeline_stages)
         self.device = buffer.device
         self.task_names = [task.name for task in env_attr(envs, "tasks") or []]
         self.tracker = self._new_tracker()
-        self.obs = None
+        self.stage_obs: list | None = None  # each stage's current observations (torch)
+
+    @property
+    def obs(self):
+        """The current observations of all envs (torch), None before :meth:`reset`."""
+        return None if self.stage_obs is None else cat_torch(self.stage_obs)
 
     def _new_tracker(self) -> EpisodeTracker:
         return EpisodeTracker(self.envs.num_envs, self.mode, self.task_names)
 
     def reset(self, seeds: list[int]) -> None:
         obs, _ = self.envs.reset(seed=seeds)
-        self.obs = to_torch(obs, self.device)
+        self.stage_obs = [to_torch(part, self.device) for part in split(obs, self.stepper.rows)]
         self.tracker = self._new_tracker()
+
+    def _act_and_send(self, stage: int, generators: list[torch.Generator]):
+        """Sample the stage's actions (each env from its generator) and start its envs stepping."""
+        rows = self.stepper.rows[stage]
+        with row_generators(generators[rows.start:rows.stop]):
+            out = self.policy.act(self.stage_obs[stage])
+        self.stepper.send(stage, self.policy.env_actions(out[0]))
+        return out
 
     @torch.no_grad()  # not inference_mode: in-process sims (ManiSkill) keep tensors made here
     def collect(self) -> dict[str, float]:
         """Fill the buffer with one rollout and compute GAE; returns reward sum/count for logging."""
-        if self.obs is None:
+        if self.stage_obs is None:
             raise RuntimeError("call reset(seeds) before collect()")
-        buffer, policy, gamma = self.buffer, self.policy, self.gamma
+        buffer, policy, gamma, stepper = self.buffer, self.policy, self.gamma, self.stepper
         buffer.reset()
         next_step = self.mode == AutoresetMode.NEXT_STEP
         pending = np.zeros(self.envs.num_envs, dtype=bool)  # NEXT_STEP: truncated last step, bootstrap now
         reward_sum, reward_count = 0.0, 0
+        generators = seeded_generators(self.envs.num_envs, policy.device)
+        outs = [self._act_and_send(g, generators) for g in range(stepper.num_stages)]
         for t in range(buffer.n_steps):
-            actions, log_probs, values = policy.act(self.obs)
+            obs = self.obs
+            actions, log_probs, values = (cat_torch([out[k] for out in outs]) for k in range(3))
             if pending.any():
                 rows = torch.from_numpy(pending)
                 buffer.bootstrap(t - 1, rows, gamma * values[rows.to(values.device)])
-            next_obs, rewards, terminated, truncated, infos = self.envs.step(policy.env_actions(actions))
+            for g in range(stepper.num_stages):  # while stage g infers, the stages after it still step
+                self.stage_obs[g] = to_torch(stepper.wait(g), self.device)
+                if t + 1 < buffer.n_steps:
+                    outs[g] = self._act_and_send(g, generators)
+            _, rewards, terminated, truncated, infos = stepper.results()
             dones = terminated | truncated
             valid = self.tracker.step(rewards, terminated, truncated, infos)
             step_rewards = torch.as_tensor(rewards, dtype=torch.float32)
@@ -101,15 +128,14 @@ class RolloutCollector:
                 rows = np.flatnonzero(bootstrap)
                 final_obs = to_torch(stack([infos["final_obs"][i] for i in rows]), self.device)
                 step_rewards[rows] += gamma * policy.value(final_obs).float().cpu()
-            buffer.add(self.obs, actions, log_probs, values, step_rewards, dones, valid)
+            buffer.add(obs, actions, log_probs, values, step_rewards, dones, valid)
 
             reward_sum += float(np.asarray(rewards)[valid].sum())
             reward_count += int(valid.sum())
-
-            self.obs = to_torch(next_obs, self.device)
             if next_step:
                 pending = bootstrap
-        last_values = policy.value(self.obs).float()
+        last_obs = self.obs
+        last_values = policy.value(last_obs).float()
         if pending.any():
             rows = torch.from_numpy(pending)
             buffer.bootstrap(buffer.n_steps - 1, rows, gamma * last_values[rows.to(last_values.device)])

@@ -8,16 +8,62 @@
 Box spaces of any shape (action chunks included) get a diagonal Gaussian with a state-independent
 log standard deviation; ``log_prob`` and ``entropy`` sum over every action dimension. Discrete
 spaces get a Categorical. Both ignore Box bounds: the policy clips before the env (as SB3 does).
+
+Sampling noise comes from torch's global generator, or, inside ``with row_generators(gens):``, row ``i`` of a batch
+from ``gens[i]`` (one ``torch.Generator`` per row): then a row's sample does not depend on which other rows share
+its batch, which is what lets pipelined rollouts (``trainers/pipeline.py``) split the envs into stages and still
+draw the same actions. ``standard_normal`` / ``standard_exponential`` are the two noise sources; a policy that
+samples outside these heads uses them too to honour the row generators.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+from collections.abc import Iterator, Sequence
 
 import torch
 from gymnasium import spaces
 from torch import nn
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+_ROW_GENERATORS: contextvars.ContextVar[Sequence[torch.Generator] | None] = contextvars.ContextVar(
+    "row_generators", default=None)
+
+
+@contextlib.contextmanager
+def row_generators(generators: Sequence[torch.Generator] | None) -> Iterator[None]:
+    """Inside the block, row ``i`` of every sampled batch draws its noise from ``generators[i]`` (None: the global
+    generator, as outside)."""
+    token = _ROW_GENERATORS.set(None if generators is None else list(generators))
+    try:
+        yield
+    finally:
+        _ROW_GENERATORS.reset(token)
+
+
+def _noise(like: torch.Tensor, fill: str) -> torch.Tensor:
+    generators = _ROW_GENERATORS.get()
+    if generators is None:
+        return getattr(torch.empty_like(like), fill)()
+    if len(generators) != like.shape[0]:
+        raise ValueError(f"row_generators: {len(generators)} generators for a batch of {like.shape[0]} rows")
+    return torch.stack([getattr(torch.empty(like.shape[1:], dtype=like.dtype, device=like.device), fill)(generator=g)
+                        for g in generators])
+
+
+def standard_normal(like: torch.Tensor) -> torch.Tensor:
+    """N(0, 1) noise shaped like ``like`` (``[B, ...]``), per row from the :func:`row_generators` if set."""
+    if _ROW_GENERATORS.get() is None:
+        return torch.randn_like(like)
+    return _noise(like, "normal_")
+
+
+def standard_exponential(like: torch.Tensor) -> torch.Tensor:
+    """Exp(1) noise shaped like ``like`` (``[B, ...]``), per row from the :func:`row_generators` if set."""
+    return _noise(like, "exponential_")
 
 
 class DiagGaussian:
@@ -27,7 +73,7 @@ class DiagGaussian:
         self.mean, self.log_std = mean, log_std.expand_as(mean)
 
     def sample(self) -> torch.Tensor:
-        return self.mean + torch.randn_like(self.mean) * self.log_std.exp()
+        return self.mean + standard_normal(self.mean) * self.log_std.exp()
 
     def mode(self) -> torch.Tensor:
         return self.mean
@@ -48,7 +94,7 @@ class Categorical:
 
     def sample(self) -> torch.Tensor:
         # Gumbel-max (-log of an Exp(1) draw is Gumbel): a few times faster than torch.multinomial on CPU
-        return (self.logits - torch.empty_like(self.logits).exponential_().log()).argmax(-1)
+        return (self.logits - standard_exponential(self.logits).log()).argmax(-1)
 
     def mode(self) -> torch.Tensor:
         return self.logits.argmax(-1)
