@@ -3,6 +3,7 @@
     python trainers/eval.py --checkpoint runs/pushcube/checkpoints/ckpt_00000100.pt --episodes-per-task 50
     python trainers/eval.py --checkpoint CKPT --num-envs 4 --tasks 0,3 --video-episodes 2 env.id=VLA/LiberoSpatial-v0
     torchrun --nproc_per_node=2 trainers/eval.py --checkpoint CKPT --num-envs 2     # episodes split over ranks
+    python trainers/eval.py --checkpoint CKPT --ood          # + every seeded perturbation: the OOD table (docs/ood.md)
 
 The env is the checkpoint's training env (``env.*`` of its config, with ``eval.env_kwargs`` applied, and
 ``eval.video_env_kwargs`` too when videos are asked for);
@@ -10,7 +11,9 @@ The env is the checkpoint's training env (``env.*`` of its config, with ``eval.e
 Episodes: every (task, init state) of a vla_gym env, at most ``--episodes-per-task`` per task; envs without
 a task list play ``--episodes-per-task`` seeds. ``--num-envs 1`` evaluates the suite in a loop; more envs play
 that many episodes at a time. Writes ``eval.md`` (Markdown table), ``eval.json`` and ``videos/*.mp4`` to
-``--out`` (default: ``<run dir>/eval-<checkpoint name>``) and prints the table.
+``--out`` (default: ``<run dir>/eval-<checkpoint name>``) and prints the table. ``--ood`` evaluates the same
+episodes in distribution and under each perturbation (:mod:`vla_gym.trainers.ood`): ``ood.md``, ``ood.json``
+and one report directory per row (one video each unless ``--video-episodes`` says otherwise).
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from vla_gym.trainers.episode_runner import (
     suite_specs,
     write_report,
 )
+from vla_gym.trainers.ood import libero_pro_rows, observes_images, ood_markdown, parse_rows, run_ood
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -38,7 +42,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--episodes-per-task", type=int, default=None,
                         help="init states (or seeds) per task; default: all init states, or 10 seeds")
     parser.add_argument("--tasks", default=None, help="comma-separated task ids (default: all)")
-    parser.add_argument("--video-episodes", type=int, default=0, help="record videos of the first N episodes")
+    parser.add_argument("--video-episodes", type=int, default=None,
+                        help="record videos of the first N episodes (default 0; with --ood 1 per row)")
+    parser.add_argument("--ood", nargs="?", const="all", default=None, metavar="KIND[=STRENGTH],...",
+                        help="also evaluate under each seeded perturbation ('all' when no list is given, e.g. "
+                             "lighting=0.8,paraphrase,action_noise) and write the OOD table ood.md/ood.json")
+    parser.add_argument("--libero-pro", action="store_true",
+                        help="with --ood on a LIBERO suite: also a row per LIBERO-PRO suite of it (swap, lan, ...)")
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the mode")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
@@ -67,32 +77,64 @@ def main(argv: list[str] | None = None) -> int:
         print(f"config error: {exc}", file=sys.stderr)
         dist.close()
         return 2
+    try:
+        if args.libero_pro and args.ood is None:
+            raise ValueError("--libero-pro adds rows to the OOD report: add --ood (or --ood KIND,...)")
+        rows = parse_rows(args.ood) if args.ood is not None else None
+        if args.libero_pro:
+            rows += libero_pro_rows(cfg.env.id)
+    except ValueError as exc:
+        print(f"--ood: {exc}", file=sys.stderr)
+        dist.close()
+        return 2
+    video_episodes = args.video_episodes if args.video_episodes is not None else (1 if rows else 0)
     kwargs = dict(cfg.eval.env_kwargs)
-    if args.video_episodes:  # e.g. cameras for a state-only env; the policy reads what it was trained on
+    if video_episodes:  # e.g. cameras for a state-only env; the policy reads what it was trained on
         kwargs.update(cfg.eval.video_env_kwargs)
-    envs = make_envs(cfg.env, args.num_envs, kwargs=kwargs)
+    out = pathlib.Path(args.out) if args.out else default_report_dir(pathlib.Path(args.checkpoint))
     try:
         policy = load_policy(state, dist.device)
+
+        def evaluate(env_cfg, directory: pathlib.Path, header: str):
+            return evaluate_episodes(env_cfg, kwargs, policy, args, video_episodes, dist, directory, header)
+
+        if rows is None:
+            evaluate(cfg.env, out, f"# {cfg.env.id}: {args.checkpoint}")
+        else:
+            sees_images = observes_images({**cfg.env.kwargs, **cfg.eval.env_kwargs})
+            report = run_ood(evaluate, cfg.env, rows, out, f"{cfg.env.id}: {args.checkpoint}", sees_images)
+            if report is not None:
+                print(ood_markdown(report), end="")
+                print(f"OOD report: {out / 'ood.md'}, {out / 'ood.json'}")
+    finally:
+        dist.close()
+    return 0
+
+
+def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, video_episodes: int,
+                      dist: Distributed, out: pathlib.Path, header: str) -> dict | None:
+    """Play the chosen episodes in ``env_cfg``'s envs and write ``eval.md``, ``eval.json`` and videos to ``out``;
+    returns the summary on the main rank (None elsewhere)."""
+    envs = make_envs(env_cfg, args.num_envs, kwargs=kwargs)
+    try:
         task_ids = [int(t) for t in args.tasks.split(",")] if args.tasks else None
         specs = suite_specs(envs, args.episodes_per_task, task_ids, seed=args.seed)
         mine = specs[dist.rank::dist.world_size]
-        out = pathlib.Path(args.out) if args.out else default_report_dir(pathlib.Path(args.checkpoint))
-        video_dir = out / "videos" if dist.is_main and args.video_episodes else None
+        video_dir = out / "videos" if dist.is_main and video_episodes else None
         results = EpisodeRunner(envs, policy).run(mine, deterministic=not args.stochastic, video_dir=video_dir,
-                                                  video_episodes=args.video_episodes)
+                                                  video_episodes=video_episodes)
         gathered = [r for part in dist.gather_objects(results) for r in part]
-        if dist.is_main:
-            summary = write_report(gathered, out, header=f"# {cfg.env.id}: {args.checkpoint} "
-                                                          f"({len(gathered)} episodes)")
-            print(markdown_table(summary), end="")
-            print(f"report: {out / 'eval.md'}, {out / 'eval.json'}")
-            for result in results:
-                if result.video:
-                    print(f"video: {result.video}")
+        if not dist.is_main:
+            return None
+        summary = write_report(gathered, out, header=f"{header} ({len(gathered)} episodes)")
+        print(markdown_table(summary), end="")
+        print(f"report: {out / 'eval.md'}, {out / 'eval.json'}")
+        for result in results:
+            if result.video:
+                print(f"video: {result.video}")
+        return summary
     finally:
         envs.close()
-        dist.close()
-    return 0
 
 
 if __name__ == "__main__":

@@ -160,6 +160,9 @@ class VLAEnv(gym.Env):
         self._elapsed = 0
         self._max_steps = 0
         self._render_paused = 0  # > 0 inside skip_rendering()
+        #: callables hook(episode: EpisodeStart) run by reset() after the simulator's reset, before the first
+        #: render (vla_gym.wrappers.Perturb draws and applies its seeded perturbation there)
+        self.episode_hooks: list = []
 
     # ----------------------------------------------------------------------------------- gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -172,6 +175,8 @@ class VLAEnv(gym.Env):
         self.init_state_id = episode.init_state_id
         self.instruction = episode.instruction
         self.backend.reset(episode.init_state_id, seed=episode.seed)
+        for hook in self.episode_hooks:
+            hook(episode)
         self._elapsed = 0
         self._max_steps = episode.max_steps
         self._images = self.backend.render()

@@ -16,6 +16,7 @@ ActionChunk         ``[K, action_dim]`` actions per step; only the last sub-step
 EpisodeMetrics      ``info["episode_metrics"]`` (env/return, env/episode_len, env/success_once, ...)
 RecordEpisodeVideo  one MP4 per episode, multi-camera layout with overlay, atomic writes
 MultiCamera         choose / resize cameras, HWC or CHW, the ``vla`` main + wrist-stack layout
+Perturb             one seeded OOD perturbation (lighting, camera_pose, paraphrase, action_noise, ...)
 SB3Compat           Box / Dict-of-Box observations for Stable-Baselines3
 openvla             prompt, 256-bin ActionTokenizer, (un)normalisation from q01/q99 (not a wrapper)
 ==================  ===========================================================================
@@ -26,11 +27,12 @@ from vla_gym.wrappers.action_chunk import ActionChunk
 from vla_gym.wrappers.episode_metrics import EpisodeMetrics, finished_episodes, summarize_episodes
 from vla_gym.wrappers.multi_camera import MultiCamera
 from vla_gym.wrappers.openvla import ActionTokenizer, normalize_actions, openvla_prompt, unnormalize_actions
+from vla_gym.wrappers.perturb import Perturb
 from vla_gym.wrappers.record_video import RecordEpisodeVideo
 from vla_gym.wrappers.sb3 import SB3Compat, hash_instruction
 
 __all__ = [
-    "ActionChunk", "ActionTokenizer", "EpisodeMetrics", "MultiCamera", "RecordEpisodeVideo", "SB3Compat",
+    "ActionChunk", "ActionTokenizer", "EpisodeMetrics", "MultiCamera", "Perturb", "RecordEpisodeVideo", "SB3Compat",
     "finished_episodes", "hash_instruction", "normalize_actions", "openvla_prompt", "summarize_episodes",
     "unnormalize_actions",
 ]

@@ -72,3 +72,11 @@ class Backend(abc.ABC):
 
     def close(self) -> None:
         """Free the simulator and its renderer. Safe to call twice."""
+
+    def scene_controls(self):
+        """The loaded scene's :class:`vla_gym.perturbations.SceneControls` (lighting, colours, camera, poses)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} has no scene perturbations (lighting, background_color, camera_pose, robot_pose, "
+            "object_pose): LIBERO and ManiSkill have them; image_noise, paraphrase, action_noise and action_delay "
+            "work on every simulator"
+        )

@@ -191,6 +191,18 @@ class LiberoBackend(Backend):
             self._env.close()
             self._env = None
 
+    def refresh_observation(self) -> None:
+        """Read the robot's observation again after the scene was changed in place (scene perturbations)."""
+        self._raw_obs = self._env.env._get_observations(force_update=True)
+
+    def scene_controls(self):
+        """The scene perturbations' controls (:class:`vla_gym.backends.libero_scene.LiberoScene`)."""
+        if getattr(self, "_scene_controls", None) is None:
+            from vla_gym.backends.libero_scene import LiberoScene
+
+            self._scene_controls = LiberoScene(self)
+        return self._scene_controls
+
     @property
     def robosuite_env(self):
         """The loaded task's robosuite env (LIBERO's BDDL problem: ``sim``, ``robots``,

@@ -249,6 +249,14 @@ class ManiSkillBackend(Backend):
         """The loaded ManiSkill env (unwrapped), e.g. for privileged state in scripted experts; None before load()."""
         return None if self._env is None else self._env.unwrapped
 
+    def scene_controls(self):
+        """The scene perturbations' controls (:class:`vla_gym.backends.maniskill_scene.ManiSkillScene`)."""
+        if getattr(self, "_scene_controls", None) is None:
+            from vla_gym.backends.maniskill_scene import ManiSkillScene
+
+            self._scene_controls = ManiSkillScene(self)
+        return self._scene_controls
+
     # ------------------------------------------------------------------------------------ life cycle
     def load(self, task: TaskSpec) -> None:
         maniskill_id = task.extra["maniskill_id"]

@@ -1,0 +1,117 @@
+"""``trainers/eval.py --ood``: the OOD table of one checkpoint, end to end on a real ManiSkill env.
+
+The checkpoint is built here: an untrained tiny CNN policy for PushCube images (64 px, main camera), saved in
+the trainers' checkpoint format, so the test needs no training run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+
+from vla_gym import schema
+from vla_gym.trainers.config import config_from_dict
+from vla_gym.trainers.eval import main as eval_main
+from vla_gym.trainers.ood import Row, libero_pro_rows, observes_images, ood_markdown, ood_report, parse_rows, run_ood
+from vla_gym.trainers.policies import make_policy
+
+POLICY_KWARGS = {"image_features": 16, "hidden_sizes": [16], "text_dim": 8}
+
+
+def tiny_checkpoint(path):
+    cfg = config_from_dict({
+        "env": {"id": "VLA/ManiSkill-PushCube-v0", "num_envs": 1,
+                "kwargs": {"cameras": ["main"], "image_size": 64, "max_episode_steps": 4}},
+        "policy": {"name": "cnn", "kwargs": POLICY_KWARGS},
+    })
+    observation_space = schema.observation_space(("main",), (64, 64), 8)
+    action_space = schema.action_space(7)
+    policy = make_policy("cnn", observation_space, action_space, **POLICY_KWARGS)
+    torch.save({"config": dataclasses.asdict(cfg), "policy": policy.state_dict(), "policy_name": "cnn",
+                "policy_kwargs": POLICY_KWARGS, "observation_space": observation_space,
+                "action_space": action_space}, path)
+    return path
+
+
+def test_parse_rows():
+    assert [r.kind for r in parse_rows("all")] == ["lighting", "background_color", "camera_pose", "image_noise",
+                                                   "paraphrase", "robot_pose", "object_pose", "action_noise",
+                                                   "action_delay"]
+    rows = parse_rows("lighting=0.8, paraphrase")
+    assert rows == [Row("lighting", 0.8), Row("paraphrase")] and rows[0].name == "lighting-0.8"
+    for bad, words in [("lightning", "did you mean lighting"), ("lighting=x", "must be a number"),
+                       ("", "at least one"), ("paraphrase,paraphrase", "named twice")]:
+        with pytest.raises(ValueError, match=words):
+            parse_rows(bad)
+
+
+def test_table_and_state_only_policies(tmp_path):
+    """The table's arithmetic, and vision rows left out for a policy that sees no images (no simulator)."""
+    rates = {"ind": 1.0, "action_noise": 0.5, "action_delay": 0.0, "paraphrase": 0.75}
+    played = []
+
+    def evaluate(env_cfg, directory, header):
+        played.append(directory.name)
+        return {"overall": {"episodes": 4, "success_rate": rates[directory.name], "mean_length": 10.0}}
+
+    env_cfg = config_from_dict({}).env
+    assert not observes_images({"obs_mode": "state"}) and observes_images({})
+    report = run_ood(evaluate, env_cfg, parse_rows("lighting,paraphrase,action_noise,action_delay"), tmp_path, "t",
+                     sees_images=False)
+    assert played == ["ind", "paraphrase", "action_noise", "action_delay"] and report["skipped"] == ["lighting"]
+    assert report["categories"] == {"semantic": 0.75, "execution": 0.25} and report["ood_average"] == 0.5
+    table = (tmp_path / "ood.md").read_text()
+    assert "| 100.0 | n/a | 75.0 | 25.0 | 50.0 |" in table and "| action_delay | execution | 2 | 4 | 0.0 | -100.0 |" in table
+    assert "Not evaluated (the policy sees no images): lighting." in table
+    assert json.loads((tmp_path / "ood.json").read_text()) == report
+    no_success = ood_report({Row(): {"overall": {"episodes": 1, "success_rate": math.nan, "mean_length": 1.0}}}, "t")
+    assert "| n/a | n/a | n/a | n/a | n/a |" in ood_markdown(no_success)  # envs that report no success
+
+
+def test_libero_pro_rows_have_their_own_table(tmp_path):
+    """--libero-pro: a row per LIBERO-PRO suite (env kwarg perturbation=...), apart from the seeded rows."""
+    configs = {}
+
+    def evaluate(env_cfg, directory, header):
+        configs[directory.name] = env_cfg
+        return {"overall": {"episodes": 2, "success_rate": 0.5, "mean_length": 10.0}}
+
+    env_cfg = config_from_dict({"env": {"id": "VLA/LiberoObject-v0", "kwargs": {"cameras": ["main"]}}}).env
+    rows = parse_rows("action_noise") + libero_pro_rows("VLA/LiberoObject-v0")
+    report = run_ood(evaluate, env_cfg, rows, tmp_path, "t", sees_images=True)
+    assert configs["libero_pro-swap"].kwargs == {"cameras": ["main"], "perturbation": "swap"}
+    assert configs["action_noise"].wrappers[0] == {"name": "Perturb", "kwargs": {"kind": "action_noise", "strength": None}}
+    assert report["categories"] == {"execution": 0.5}  # the seeded rows only
+    assert {r["category"] for r in report["libero_pro"]["rows"]} == {"vision", "semantic", "execution"}
+    assert "## LIBERO-PRO suites" in (tmp_path / "ood.md").read_text()
+    with pytest.raises(ValueError, match="needs a checkpoint trained on a LIBERO suite"):
+        libero_pro_rows("VLA/ManiSkill-PushCube-v0")
+
+
+def test_ood_cli_end_to_end(tmp_path, capsys):
+    """One command: IND + one perturbation per category, one episode each, a table, a json and a video per row."""
+    checkpoint = tiny_checkpoint(tmp_path / "ckpt.pt")
+    out = tmp_path / "report"
+    code = eval_main(["--checkpoint", str(checkpoint), "--ood", "camera_pose,paraphrase,action_noise=0.3",
+                      "--episodes-per-task", "1", "--out", str(out), "--device", "cpu"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "| IND | Vision | Semantic | Execution | OOD avg |" in printed and f"OOD report: {out / 'ood.md'}" in printed
+    report = json.loads((out / "ood.json").read_text())
+    assert [(r["perturbation"], r["strength"], r["episodes"]) for r in report["rows"]] == [
+        ("camera_pose", 0.03, 1), ("paraphrase", 1.0, 1), ("action_noise", 0.3, 1)]
+    assert set(report["categories"]) == {"vision", "semantic", "execution"}
+    for row in ("ind", "camera_pose", "paraphrase", "action_noise-0.3"):
+        assert (out / row / "eval.json").is_file() and list((out / row / "videos").glob("*.mp4")), row
+    episodes = json.loads((out / "ind" / "eval.json").read_text())["episodes"]
+    perturbed = json.loads((out / "paraphrase" / "eval.json").read_text())["episodes"]
+    assert [e["spec"] for e in episodes] == [e["spec"] for e in perturbed]  # the same episodes in every row
+
+
+def test_ood_cli_bad_list_exits_2(tmp_path, capsys):
+    checkpoint = tiny_checkpoint(tmp_path / "ckpt.pt")
+    assert eval_main(["--checkpoint", str(checkpoint), "--ood", "lightning"]) == 2
+    assert "--ood: unknown perturbation 'lightning' (did you mean lighting?)" in capsys.readouterr().err
