@@ -70,6 +70,19 @@ def test_one_grpo_update_on_libero_object_with_a_full_group():
     grpo.close()
 
 
+def test_train_init_states_keeps_later_states_held_out():
+    """grpo.train_init_states=N draws each group's init state among 0..N-1 (N.. stay for evaluation)."""
+    envs = vla_gym.make_vec("VLA/LiberoObject-v0", 1, vectorization="sync", max_episode_steps=2, **SMALL)
+    grpo = GRPO("mlp", envs, group_size=2, groups_per_update=40, train_init_states=3,
+                policy_kwargs={"hidden_sizes": [8], "critic": False})
+    grpo.start_rollouts([0])
+    specs = grpo.group_specs()
+    assert len(specs) == 80 and {s.init_state_id for s in specs} == {0, 1, 2}
+    with pytest.raises(ValueError, match="train_init_states"):
+        GRPO("mlp", envs, train_init_states=0, policy_kwargs={"critic": False}).start_rollouts([0])
+    grpo.close()
+
+
 def test_task_affinity_keeps_scenes_and_spec_order():
     envs = vla_gym.make_vec("VLA/Libero130-v0", 2, vectorization="sync", max_episode_steps=3, **SMALL)
     policy = make_policy("mlp", envs.single_observation_space, envs.single_action_space, critic=False)

@@ -102,6 +102,11 @@ def test_suite_evaluation_on_libero_init_states(tmp_path):
                                                                                "cameras": ["main"]}), 1)
     specs = suite_specs(envs, episodes_per_task=2, task_ids=[0, 3])
     assert [(s.task_id, s.init_state_id) for s in specs] == [(0, 0), (0, 1), (3, 0), (3, 1)]
+    held_out = suite_specs(envs, episodes_per_task=2, task_ids=[0, 3], first_init_state=48)  # eval.py --first-init-state
+    assert [(s.task_id, s.init_state_id) for s in held_out] == [(0, 48), (0, 49), (3, 48), (3, 49)]
+    assert [s.init_state_id for s in suite_specs(envs, task_ids=[1], first_init_state=45)] == [45, 46, 47, 48, 49]
+    with pytest.raises(ValueError, match="first_init_state=50"):
+        suite_specs(envs, task_ids=[1], first_init_state=50)
     policy = make_policy("cnn", envs.single_observation_space, envs.single_action_space, image_features=8,
                          hidden_sizes=[8])
     results = EpisodeRunner(envs, policy).run(specs)

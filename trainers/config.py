@@ -103,6 +103,9 @@ class GRPOConfig:
     adam_eps: float = 1e-5
     #: checkpoint (SFT, PPO or GRPO) whose actor to start from; its critic, if any, is dropped
     init_checkpoint: str | None = None
+    #: draw each group's fixed initial state among the first N of its task's (null: all), so that the states
+    #: from N on stay held out for evaluation (``trainers/eval.py --first-init-state N``)
+    train_init_states: int | None = None
 
 
 @dataclass

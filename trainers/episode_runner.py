@@ -85,12 +85,14 @@ Recorder = Callable[[Any, torch.Tensor, torch.Tensor, np.ndarray], None]
 
 def suite_specs(
     envs: VectorEnv, episodes_per_task: int | None = None, task_ids: Sequence[int] | None = None,
-    seed: int = 0, episodes: int | None = None,
+    seed: int = 0, episodes: int | None = None, first_init_state: int = 0,
 ) -> list[EpisodeSpec]:
     """Every (task, init state) of a vla_gym env, or ``episodes`` seeds for envs without a task list.
 
     ``episodes_per_task`` caps the init states per task (tasks whose initial state comes from the seed get
     that many seeds; default 10). ``episodes`` (envs without tasks) defaults to ``episodes_per_task`` or 10.
+    ``first_init_state`` K starts each task's fixed initial states at K (``K .. K+episodes_per_task-1``, e.g.
+    held-out states that no demonstration used).
     """
     tasks = env_attr(envs, "tasks")
     if not tasks:
@@ -100,8 +102,12 @@ def suite_specs(
         if task_ids is not None and task.index not in task_ids:
             continue
         count = task.num_init_states or episodes_per_task or 10
-        count = min(count, episodes_per_task or count)
-        for k in range(count):
+        if task.num_init_states and not 0 <= first_init_state < task.num_init_states:
+            raise ValueError(f"first_init_state={first_init_state}: task {task.name!r} has initial states "
+                             f"0..{task.num_init_states - 1}")
+        start = first_init_state if task.num_init_states else 0
+        count = min(count - start, episodes_per_task or count)
+        for k in range(start, start + count):
             init = k if task.num_init_states else None
             specs.append(EpisodeSpec(seed=seed + len(specs), task_id=task.index, init_state_id=init))
     return specs

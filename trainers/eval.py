@@ -2,6 +2,7 @@
 
     python trainers/eval.py --checkpoint runs/pushcube/checkpoints/ckpt_00000100.pt --episodes-per-task 50
     python trainers/eval.py --checkpoint CKPT --num-envs 4 --tasks 0,3 --video-episodes 2 env.id=VLA/LiberoSpatial-v0
+    python trainers/eval.py --checkpoint CKPT --episodes-per-task 10 --first-init-state 40   # states 40..49 only
     torchrun --nproc_per_node=2 trainers/eval.py --checkpoint CKPT --num-envs 2     # episodes split over ranks
     python trainers/eval.py --checkpoint CKPT --ood          # + every seeded perturbation: the OOD table (docs/ood.md)
 
@@ -42,6 +43,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--episodes-per-task", type=int, default=None,
                         help="init states (or seeds) per task; default: all init states, or 10 seeds")
     parser.add_argument("--tasks", default=None, help="comma-separated task ids (default: all)")
+    parser.add_argument("--first-init-state", type=int, default=0,
+                        help="first initial state of each task (e.g. 40: states 40.. that no demo used)")
     parser.add_argument("--video-episodes", type=int, default=None,
                         help="record videos of the first N episodes (default 0; with --ood 1 per row)")
     parser.add_argument("--ood", nargs="?", const="all", default=None, metavar="KIND[=STRENGTH],...",
@@ -118,7 +121,8 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
     envs = make_envs(env_cfg, args.num_envs, kwargs=kwargs)
     try:
         task_ids = [int(t) for t in args.tasks.split(",")] if args.tasks else None
-        specs = suite_specs(envs, args.episodes_per_task, task_ids, seed=args.seed)
+        specs = suite_specs(envs, args.episodes_per_task, task_ids, seed=args.seed,
+                            first_init_state=args.first_init_state)
         mine = specs[dist.rank::dist.world_size]
         video_dir = out / "videos" if dist.is_main and video_episodes else None
         results = EpisodeRunner(envs, policy).run(mine, deterministic=not args.stochastic, video_dir=video_dir,

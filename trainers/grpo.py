@@ -68,6 +68,9 @@ class GRPO(OnPolicyAlgorithm):
 
     # ------------------------------------------------------------------------------------- rollouts
     def start_rollouts(self, seeds: list[int]) -> None:
+        if self.hp.train_init_states is not None and self.hp.train_init_states < 1:
+            raise ValueError(f"grpo.train_init_states={self.hp.train_init_states}: give a positive number of "
+                             "initial states (or null for all)")
         if self.hp.groups_per_update % self.dist.world_size:
             raise ValueError(f"grpo.groups_per_update={self.hp.groups_per_update} must be a multiple of the "
                              f"number of processes ({self.dist.world_size}) so that a group never spans ranks")
@@ -85,8 +88,9 @@ class GRPO(OnPolicyAlgorithm):
             task_id = init_state_id = None
             if self.tasks:
                 task_id = self.fixed_task if self.fixed_task is not None else int(rng.integers(len(self.tasks)))
-                if self.tasks[task_id].num_init_states:
-                    init_state_id = int(rng.integers(self.tasks[task_id].num_init_states))
+                count = self.tasks[task_id].num_init_states
+                if count:
+                    init_state_id = int(rng.integers(min(count, self.hp.train_init_states or count)))
             spec = EpisodeSpec(seed=int(rng.integers(2**31 - 1)), task_id=task_id, init_state_id=init_state_id)
             specs += [spec] * self.hp.group_size
         return specs

@@ -1,0 +1,116 @@
+"""Figures of docs/libero_miniature.md from its runs: GRPO's curve and a grid of held-out evaluation videos.
+
+    python scripts/libero_miniature_figures.py --grpo runs/libero_miniature/grpo \
+        --before runs/libero_miniature/eval_sft --after runs/libero_miniature/eval_grpo \
+        --out docs/figures/libero_miniature
+
+writes ``<out>_curve.png`` (success of GRPO's sampled rollouts per update, with the greedy held-out success
+before and after as lines), ``<out>_curve.md`` (the same per update, as a Markdown table) and, for each of
+``--before`` / ``--after``, ``<out>_<name>_grid.gif``: one evaluation episode per task (the first evaluated
+initial state of each task) tiled 5 per row, each tile framed green (success) or red (failure). The evaluation
+directories are ``trainers/eval.py --video-episodes N --out DIR`` outputs (``eval.json`` + ``videos/``).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import pathlib
+
+import numpy as np
+from PIL import Image
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _sft_then_rl():
+    """examples/sft_then_rl.py as a module: its TensorBoard curve reader and plot serve here too."""
+    spec = importlib.util.spec_from_file_location("sft_then_rl", ROOT / "examples" / "sft_then_rl.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def overall(eval_dir: pathlib.Path) -> dict:
+    return json.loads((eval_dir / "eval.json").read_text())["summary"]["overall"]
+
+
+def curve_table(curve: list[dict]) -> str:
+    """Markdown: update | env steps | success of the update's sampled rollouts."""
+    rows = ["| update | env steps | rollout success (sampled) |", "|---:|---:|---:|"]
+    for k, row in enumerate(r for r in curve if "env/success_once" in r):
+        rows.append(f"| {k + 1} | {row['steps']} | {row['env/success_once']:.3f} |")
+    return "\n".join(rows) + "\n"
+
+
+def read_frames(path: str | pathlib.Path) -> list[np.ndarray]:
+    import imageio.v2 as imageio
+
+    with imageio.get_reader(str(path)) as reader:
+        return [np.asarray(frame) for frame in reader]
+
+
+def tile(frame: np.ndarray, width: int, success: bool, border: int = 3) -> np.ndarray:
+    """``frame`` scaled to ``width`` px wide inside a green (success) or red (failure) border."""
+    height = round(frame.shape[0] * width / frame.shape[1])
+    small = np.asarray(Image.fromarray(frame).resize((width, height), Image.BILINEAR))
+    out = np.empty((height + 2 * border, width + 2 * border, 3), np.uint8)
+    out[:] = (40, 170, 60) if success else (200, 40, 40)
+    out[border:border + height, border:border + width] = small
+    return out
+
+
+def video_grid(eval_dir: pathlib.Path, out: pathlib.Path, columns: int = 5, width: int = 120,
+               max_frames: int = 40) -> pathlib.Path:
+    """A GIF tiling one recorded episode per task (its first evaluated init state); episodes that ended early
+    hold their last frame. Returns ``out``."""
+    episodes = json.loads((eval_dir / "eval.json").read_text())["episodes"]
+    chosen: dict[int, dict] = {}
+    for episode in episodes:
+        if episode.get("video") and episode["task_id"] not in chosen:
+            chosen[episode["task_id"]] = episode
+    if not chosen:
+        raise ValueError(f"{eval_dir}: no episode has a video; run trainers/eval.py with --video-episodes N")
+    clips = []
+    for task in sorted(chosen):
+        frames = read_frames(eval_dir / "videos" / pathlib.Path(chosen[task]["video"]).name)
+        clips.append([tile(f, width, bool(chosen[task]["success"])) for f in frames])
+    length = min(max(len(c) for c in clips), max_frames)
+    h, w = clips[0][0].shape[:2]
+    rows = -(-len(clips) // columns)
+    gif = []
+    for t in range(length):
+        canvas = np.full((rows * h, columns * w, 3), 255, np.uint8)
+        for k, clip in enumerate(clips):
+            frame = clip[min(t * len(clip) // length if len(clip) > length else t, len(clip) - 1)]
+            r, c = divmod(k, columns)
+            canvas[r * h:r * h + frame.shape[0], c * w:c * w + frame.shape[1]] = frame[:h, :w]
+        gif.append(Image.fromarray(canvas).convert("P", palette=Image.ADAPTIVE, colors=128))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    gif[0].save(out, save_all=True, append_images=gif[1:], duration=150, loop=0, optimize=True)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--grpo", required=True, help="GRPO run directory (its tensorboard/ is read)")
+    parser.add_argument("--before", required=True, help="trainers/eval.py output of the SFT checkpoint")
+    parser.add_argument("--after", required=True, help="trainers/eval.py output of the GRPO checkpoint")
+    parser.add_argument("--out", required=True, help="path prefix of the figures")
+    args = parser.parse_args(argv)
+    out = pathlib.Path(args.out)
+    before, after = overall(pathlib.Path(args.before)), overall(pathlib.Path(args.after))
+    example = _sft_then_rl()
+    curve = example.grpo_curve(pathlib.Path(args.grpo))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    example.plot_curve(curve, before, after, out.with_name(out.name + "_curve.png"))
+    out.with_name(out.name + "_curve.md").write_text(curve_table(curve))
+    for name, eval_dir in (("sft", args.before), ("grpo", args.after)):
+        path = video_grid(pathlib.Path(eval_dir), out.with_name(f"{out.name}_{name}_grid.gif"))
+        print(f"{path} ({path.stat().st_size / 1e3:.0f} kB)")
+    print(f"SFT {before['success_rate']:.3f} -> GRPO {after['success_rate']:.3f} over {after['episodes']} episodes")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

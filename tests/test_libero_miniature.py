@@ -1,0 +1,65 @@
+"""scripts/libero_miniature_figures.py (docs/libero_miniature.md's curve and video grids) in a short form.
+
+The inputs are small files laid out as trainers/eval.py and GRPO write them (eval.json + MP4s, a TensorBoard log);
+the training runs themselves are the configs' short forms in tests/test_examples.py and tests/test_sft.py.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def eval_dir(path: pathlib.Path, successes: list[bool], frames: int) -> pathlib.Path:
+    """An eval.py output: one episode with a video per task (and one without, which the grid skips)."""
+    import imageio.v2 as imageio
+
+    (path / "videos").mkdir(parents=True)
+    episodes = []
+    for task, success in enumerate(successes):
+        video = path / "videos" / f"episode-{task:04d}.mp4"
+        with imageio.get_writer(video, fps=5, codec="libx264", macro_block_size=16, ffmpeg_log_level="error") as w:
+            for t in range(frames + task):  # clips of different lengths
+                w.append_data(np.full((80, 96, 3), 20 * t % 255, np.uint8))
+        episodes.append({"task_id": task, "success": success, "video": str(video)})
+        episodes.append({"task_id": task, "success": success, "video": None})
+    rate = sum(successes) / len(successes)
+    summary = {"overall": {"episodes": len(episodes), "success_rate": rate, "mean_return": rate, "mean_length": 9}}
+    (path / "eval.json").write_text(json.dumps({"summary": summary, "episodes": episodes}))
+    return path
+
+
+def test_figures_from_eval_dirs_and_a_grpo_log(tmp_path):
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+
+    before = eval_dir(tmp_path / "eval_sft", [True, False, False, False, False, True, False], frames=4)
+    after = eval_dir(tmp_path / "eval_grpo", [True, True, False, True, False, True, True], frames=3)
+    writer = SummaryWriter(str(tmp_path / "grpo" / "tensorboard"))
+    for update, success in enumerate([0.2, 0.4, 0.5]):
+        writer.add_scalar("env/success_once", success, (update + 1) * 1000)
+    writer.close()
+    out = tmp_path / "figures" / "mini"
+    result = subprocess.run([sys.executable, "scripts/libero_miniature_figures.py", "--grpo", str(tmp_path / "grpo"),
+                             "--before", str(before), "--after", str(after), "--out", str(out)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "SFT 0.286 -> GRPO 0.714" in result.stdout
+    assert (tmp_path / "figures" / "mini_curve.png").stat().st_size > 0
+    table = (tmp_path / "figures" / "mini_curve.md").read_text()
+    assert "| 3 | 3000 | 0.500 |" in table
+    green, red = (40, 170, 60), (200, 40, 40)
+    for name, frames, task_1 in (("sft", 4 + 6, red), ("grpo", 3 + 6, green)):
+        gif = Image.open(tmp_path / "figures" / f"mini_{name}_grid.gif")
+        assert gif.n_frames == frames  # the longest clip (task 6: 6 frames more); shorter ones hold their last
+        assert gif.size == (5 * (120 + 6), 2 * (100 + 6))  # 5 per row, 2 rows, 120 px tiles in a 3 px frame
+        first = np.asarray(gif.convert("RGB")).astype(int)
+        for x, colour in ((1, green), (127, task_1)):  # tiles' frames: green success, red failure
+            assert np.abs(first[1, x] - colour).max() < 12, (name, x, first[1, x])
