@@ -60,8 +60,12 @@ def tile(frame: np.ndarray, width: int, success: bool, border: int = 3) -> np.nd
     return out
 
 
-def video_grid(eval_dir: pathlib.Path, out: pathlib.Path, columns: int = 5, width: int = 120,
-               max_frames: int = 40) -> pathlib.Path:
+#: GIF size knobs: tile width (px), frames at most (long clips are subsampled), palette colours
+TILE_WIDTH, MAX_FRAMES, COLORS = 88, 24, 48
+
+
+def video_grid(eval_dir: pathlib.Path, out: pathlib.Path, columns: int = 5, width: int = TILE_WIDTH,
+               max_frames: int = MAX_FRAMES) -> pathlib.Path:
     """A GIF tiling one recorded episode per task (its first evaluated init state); episodes that ended early
     hold their last frame. Returns ``out``."""
     episodes = json.loads((eval_dir / "eval.json").read_text())["episodes"]
@@ -85,9 +89,9 @@ def video_grid(eval_dir: pathlib.Path, out: pathlib.Path, columns: int = 5, widt
             frame = clip[min(t * len(clip) // length if len(clip) > length else t, len(clip) - 1)]
             r, c = divmod(k, columns)
             canvas[r * h:r * h + frame.shape[0], c * w:c * w + frame.shape[1]] = frame[:h, :w]
-        gif.append(Image.fromarray(canvas).convert("P", palette=Image.ADAPTIVE, colors=128))
+        gif.append(Image.fromarray(canvas).convert("P", palette=Image.ADAPTIVE, colors=COLORS))
     out.parent.mkdir(parents=True, exist_ok=True)
-    gif[0].save(out, save_all=True, append_images=gif[1:], duration=150, loop=0, optimize=True)
+    gif[0].save(out, save_all=True, append_images=gif[1:], duration=200, loop=0, optimize=True)
     return out
 
 

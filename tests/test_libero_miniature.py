@@ -15,6 +15,8 @@ import pytest
 from PIL import Image
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from libero_miniature_figures import TILE_WIDTH  # noqa: E402
 
 
 def eval_dir(path: pathlib.Path, successes: list[bool], frames: int) -> pathlib.Path:
@@ -59,7 +61,8 @@ def test_figures_from_eval_dirs_and_a_grpo_log(tmp_path):
     for name, frames, task_1 in (("sft", 4 + 6, red), ("grpo", 3 + 6, green)):
         gif = Image.open(tmp_path / "figures" / f"mini_{name}_grid.gif")
         assert gif.n_frames == frames  # the longest clip (task 6: 6 frames more); shorter ones hold their last
-        assert gif.size == (5 * (120 + 6), 2 * (100 + 6))  # 5 per row, 2 rows, 120 px tiles in a 3 px frame
+        w = TILE_WIDTH
+        assert gif.size == (5 * (w + 6), 2 * (round(80 * w / 96) + 6))  # 5 per row, 2 rows, tiles in a 3 px frame
         first = np.asarray(gif.convert("RGB")).astype(int)
-        for x, colour in ((1, green), (127, task_1)):  # tiles' frames: green success, red failure
+        for x, colour in ((1, green), (w + 7, task_1)):  # tiles' frames: green success, red failure
             assert np.abs(first[1, x] - colour).max() < 12, (name, x, first[1, x])
