@@ -3,6 +3,7 @@
     python scripts/measure_libero_experts.py                       # Object + Spatial, all 50 init states
     python scripts/measure_libero_experts.py --quick               # 2 tasks x 2 init states per suite
     python scripts/measure_libero_experts.py --suites libero_object --tasks 0 3 --processes 2
+    python scripts/measure_libero_experts.py --suites libero_goal --init-states 10   # Goal's tasks with an expert
 
 Each episode restores one of the task's fixed initial states, runs the expert (physics only: the
 cameras are never rendered after the reset) until success or the suite's episode limit, and
@@ -86,6 +87,7 @@ def table(rows: list[dict]) -> tuple[str, dict]:
 
 
 def plan(args) -> list[tuple[str, int, list[int]]]:
+    from vla_gym.libero_experts import SUPPORTED
     from vla_gym.tasks.libero import suite_tasks
 
     per_task = []
@@ -93,10 +95,15 @@ def plan(args) -> list[tuple[str, int, list[int]]]:
         if suite not in ENV_IDS:
             raise SystemExit(f"unknown suite {suite!r}; choose from {list(ENV_IDS)}")
         tasks = suite_tasks(suite)
-        task_ids = args.tasks if args.tasks is not None else range(2 if args.quick else len(tasks))
+        # without --tasks: the suite's tasks that have an expert (LIBERO-Goal and LIBERO-90 have some)
+        with_expert = [t.index for t in tasks if (suite, t.name) in SUPPORTED]
+        task_ids = args.tasks if args.tasks is not None else with_expert[:2] if args.quick else with_expert
         for task_id in task_ids:
             if not 0 <= task_id < len(tasks):
                 raise SystemExit(f"--tasks {task_id} is out of range: {suite} has {len(tasks)} tasks")
+            if (suite, tasks[task_id].name) not in SUPPORTED:
+                raise SystemExit(f"--tasks {task_id}: {suite}/{tasks[task_id].name} has no scripted expert; "
+                                 f"leave out --tasks to run every task of {suite} that has one")
             count = args.init_states or (2 if args.quick else tasks[task_id].num_init_states)
             ids = list(range(count))
             per_task.append([(suite, task_id, ids[i:i + args.batch]) for i in range(0, count, args.batch)])
@@ -109,7 +116,8 @@ def plan(args) -> list[tuple[str, int, list[int]]]:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suites", nargs="+", default=["libero_object", "libero_spatial"])
-    parser.add_argument("--tasks", nargs="+", type=int, help="task indices within each suite (default: all)")
+    parser.add_argument("--tasks", nargs="+", type=int,
+                        help="task indices within each suite (default: every task with an expert)")
     parser.add_argument("--init-states", type=int, help="first N init states per task (default: all 50)")
     parser.add_argument("--quick", action="store_true", help="2 tasks x 2 init states per suite")
     parser.add_argument("--processes", type=int, default=2)

@@ -44,10 +44,27 @@ def test_expert_solves_sample_tasks(env_id, cases):
         env.close()
 
 
-def test_supported_lists_object_and_spatial():
-    assert {suite for suite, _ in SUPPORTED} == {"libero_object", "libero_spatial"}
-    assert len(SUPPORTED) == 20
-    assert ("libero_object", suite_tasks("libero_object")[0].name) in SUPPORTED
+@pytest.mark.parametrize("env_id, task_name", [
+    ("VLA/LiberoGoal-v0", "put_the_cream_cheese_in_the_bowl"),   # pick-and-place onto an object
+    ("VLA/LiberoGoal-v0", "turn_on_the_stove"),                  # turn a knob
+])
+def test_expert_solves_goal_and_libero90_families(env_id, task_name):
+    env = gym.make(env_id, cameras=("main",), image_size=32)
+    try:
+        task_id = next(t.index for t in env.unwrapped.tasks if t.name == task_name)
+        success, steps = run_expert(env, task_id, 0)
+        assert success, f"{env_id} {task_name} init state 0: no success in {steps} steps"
+    finally:
+        env.close()
+
+
+def test_supported_lists_every_object_and_spatial_task_and_some_goal_and_libero90_tasks():
+    assert {suite for suite, _ in SUPPORTED} == {"libero_object", "libero_spatial", "libero_goal", "libero_90"}
+    for suite in ("libero_object", "libero_spatial"):
+        assert {(suite, t.name) for t in suite_tasks(suite)} <= SUPPORTED
+    names = {t.name for t in suite_tasks("libero_130")}
+    assert all(name in names for _, name in SUPPORTED), "SUPPORTED names a task LIBERO does not have"
+    assert ("libero_goal", "open_the_middle_drawer_of_the_cabinet") not in SUPPORTED
 
 
 def test_libero130_keeps_each_suites_limit():

@@ -17,6 +17,12 @@ machine: above the grasp -> down -> close -> lift -> carry over the target -> lo
 Boxes and bottles are grasped from the top across their narrowest side; bowls by the rim. A grasp
 that comes up empty is retried. Actions are vla_gym's 7-D OSC_POSE convention (delta position,
 delta axis-angle in the world frame, gripper -1 open / +1 close); the expert never renders.
+
+Besides pick-and-place (every LIBERO-Object and LIBERO-Spatial task, and the LIBERO-Goal and
+LIBERO-90 tasks in :data:`SUPPORTED`), :class:`TurnKnobExpert` turns a stove's knob on or off
+(grasp it, turn the wrist about its axis), and :class:`SequenceExpert` chains the two for a goal
+with several parts ("turn on the stove and put the frying pan on it"). Drawers and pushing have no
+primitive (docs/libero.md says why).
 """
 from __future__ import annotations
 
@@ -34,9 +40,96 @@ FINGER_REACH = 0.042
 #: suites whose every task is a single pick-and-place goal this expert handles
 _FULL_SUITES = ("libero_object", "libero_spatial")
 
+#: LIBERO-Goal tasks the same primitives solve (pick-and-place, turning a knob); see docs/libero.md
+_GOAL_TASKS = (
+    "put_the_bowl_on_the_stove",
+    "put_the_wine_bottle_on_top_of_the_cabinet",
+    "put_the_bowl_on_top_of_the_cabinet",
+    "put_the_cream_cheese_in_the_bowl",
+    "turn_on_the_stove",
+    "put_the_bowl_on_the_plate",
+    "put_the_wine_bottle_on_the_rack",
+)
+#: LIBERO-90 tasks the same primitives solve
+_LIBERO_90_TASKS = (
+    "KITCHEN_SCENE10_put_the_black_bowl_in_the_top_drawer_of_the_cabinet",
+    "KITCHEN_SCENE1_put_the_black_bowl_on_the_plate",
+    "KITCHEN_SCENE1_put_the_black_bowl_on_top_of_the_cabinet",
+    "KITCHEN_SCENE2_put_the_black_bowl_at_the_back_on_the_plate",
+    "KITCHEN_SCENE2_put_the_black_bowl_at_the_front_on_the_plate",
+    "KITCHEN_SCENE2_put_the_middle_black_bowl_on_the_plate",
+    "KITCHEN_SCENE2_put_the_middle_black_bowl_on_top_of_the_cabinet",
+    "KITCHEN_SCENE2_stack_the_black_bowl_at_the_front_on_the_black_bowl_in_the_middle",
+    "KITCHEN_SCENE2_stack_the_middle_black_bowl_on_the_back_black_bowl",
+    "KITCHEN_SCENE3_put_the_frying_pan_on_the_stove",
+    "KITCHEN_SCENE3_put_the_moka_pot_on_the_stove",
+    "KITCHEN_SCENE3_turn_on_the_stove",
+    "KITCHEN_SCENE4_put_the_black_bowl_in_the_bottom_drawer_of_the_cabinet",
+    "KITCHEN_SCENE4_put_the_black_bowl_on_top_of_the_cabinet",
+    "KITCHEN_SCENE4_put_the_wine_bottle_in_the_bottom_drawer_of_the_cabinet",
+    "KITCHEN_SCENE4_put_the_wine_bottle_on_the_wine_rack",
+    "KITCHEN_SCENE5_put_the_black_bowl_in_the_top_drawer_of_the_cabinet",
+    "KITCHEN_SCENE5_put_the_black_bowl_on_the_plate",
+    "KITCHEN_SCENE5_put_the_black_bowl_on_top_of_the_cabinet",
+    "KITCHEN_SCENE5_put_the_ketchup_in_the_top_drawer_of_the_cabinet",
+    "KITCHEN_SCENE6_put_the_yellow_and_white_mug_to_the_front_of_the_white_mug",
+    "KITCHEN_SCENE7_put_the_white_bowl_on_the_plate",
+    "KITCHEN_SCENE7_put_the_white_bowl_to_the_right_of_the_plate",
+    "KITCHEN_SCENE8_turn_off_the_stove",
+    "KITCHEN_SCENE9_put_the_frying_pan_on_the_cabinet_shelf",
+    "KITCHEN_SCENE9_put_the_frying_pan_on_top_of_the_cabinet",
+    "KITCHEN_SCENE9_put_the_frying_pan_under_the_cabinet_shelf",
+    "KITCHEN_SCENE9_put_the_white_bowl_on_top_of_the_cabinet",
+    "KITCHEN_SCENE9_turn_on_the_stove",
+    "LIVING_ROOM_SCENE1_pick_up_the_alphabet_soup_and_put_it_in_the_basket",
+    "LIVING_ROOM_SCENE1_pick_up_the_cream_cheese_box_and_put_it_in_the_basket",
+    "LIVING_ROOM_SCENE1_pick_up_the_ketchup_and_put_it_in_the_basket",
+    "LIVING_ROOM_SCENE1_pick_up_the_tomato_sauce_and_put_it_in_the_basket",
+    "LIVING_ROOM_SCENE2_pick_up_the_alphabet_soup_and_put_it_in_the_basket",
+    "LIVING_ROOM_SCENE2_pick_up_the_butter_and_put_it_in_the_basket",
+    "LIVING_ROOM_SCENE2_pick_up_the_milk_and_put_it_in_the_basket",
+    "LIVING_ROOM_SCENE2_pick_up_the_orange_juice_and_put_it_in_the_basket",
+    "LIVING_ROOM_SCENE2_pick_up_the_tomato_sauce_and_put_it_in_the_basket",
+    "LIVING_ROOM_SCENE3_pick_up_the_alphabet_soup_and_put_it_in_the_tray",
+    "LIVING_ROOM_SCENE3_pick_up_the_butter_and_put_it_in_the_tray",
+    "LIVING_ROOM_SCENE3_pick_up_the_cream_cheese_and_put_it_in_the_tray",
+    "LIVING_ROOM_SCENE3_pick_up_the_ketchup_and_put_it_in_the_tray",
+    "LIVING_ROOM_SCENE3_pick_up_the_tomato_sauce_and_put_it_in_the_tray",
+    "LIVING_ROOM_SCENE4_pick_up_the_black_bowl_on_the_left_and_put_it_in_the_tray",
+    "LIVING_ROOM_SCENE4_pick_up_the_chocolate_pudding_and_put_it_in_the_tray",
+    "LIVING_ROOM_SCENE4_pick_up_the_salad_dressing_and_put_it_in_the_tray",
+    "LIVING_ROOM_SCENE5_put_the_red_mug_on_the_left_plate",
+    "LIVING_ROOM_SCENE5_put_the_red_mug_on_the_right_plate",
+    "LIVING_ROOM_SCENE5_put_the_white_mug_on_the_left_plate",
+    "LIVING_ROOM_SCENE5_put_the_yellow_and_white_mug_on_the_right_plate",
+    "LIVING_ROOM_SCENE6_put_the_chocolate_pudding_to_the_left_of_the_plate",
+    "LIVING_ROOM_SCENE6_put_the_chocolate_pudding_to_the_right_of_the_plate",
+    "LIVING_ROOM_SCENE6_put_the_red_mug_on_the_plate",
+    "LIVING_ROOM_SCENE6_put_the_white_mug_on_the_plate",
+    "STUDY_SCENE1_pick_up_the_book_and_place_it_in_the_front_compartment_of_the_caddy",
+    "STUDY_SCENE1_pick_up_the_book_and_place_it_in_the_left_compartment_of_the_caddy",
+    "STUDY_SCENE1_pick_up_the_book_and_place_it_in_the_right_compartment_of_the_caddy",
+    "STUDY_SCENE1_pick_up_the_yellow_and_white_mug_and_place_it_to_the_right_of_the_caddy",
+    "STUDY_SCENE2_pick_up_the_book_and_place_it_in_the_back_compartment_of_the_caddy",
+    "STUDY_SCENE2_pick_up_the_book_and_place_it_in_the_front_compartment_of_the_caddy",
+    "STUDY_SCENE2_pick_up_the_book_and_place_it_in_the_left_compartment_of_the_caddy",
+    "STUDY_SCENE2_pick_up_the_book_and_place_it_in_the_right_compartment_of_the_caddy",
+    "STUDY_SCENE3_pick_up_the_book_and_place_it_in_the_front_compartment_of_the_caddy",
+    "STUDY_SCENE3_pick_up_the_book_and_place_it_in_the_left_compartment_of_the_caddy",
+    "STUDY_SCENE3_pick_up_the_book_and_place_it_in_the_right_compartment_of_the_caddy",
+    "STUDY_SCENE3_pick_up_the_red_mug_and_place_it_to_the_right_of_the_caddy",
+    "STUDY_SCENE3_pick_up_the_white_mug_and_place_it_to_the_right_of_the_caddy",
+    "STUDY_SCENE4_pick_up_the_book_in_the_middle_and_place_it_on_the_cabinet_shelf",
+    "STUDY_SCENE4_pick_up_the_book_on_the_left_and_place_it_on_top_of_the_shelf",
+    "STUDY_SCENE4_pick_up_the_book_on_the_right_and_place_it_on_the_cabinet_shelf",
+    "STUDY_SCENE4_pick_up_the_book_on_the_right_and_place_it_under_the_cabinet_shelf",
+)
+
 #: (suite, task name) of every task with an expert
 SUPPORTED: frozenset[tuple[str, str]] = frozenset(
-    (task.suite, task.name) for suite in _FULL_SUITES for task in suite_tasks(suite)
+    [(task.suite, task.name) for suite in _FULL_SUITES for task in suite_tasks(suite)]
+    + [("libero_goal", name) for name in _GOAL_TASKS]
+    + [("libero_90", name) for name in _LIBERO_90_TASKS]
 )
 
 
@@ -139,9 +232,13 @@ class _Scene:
 
     def points(self, name: str, dense: bool = False) -> np.ndarray:
         """World-frame points spanning the object's collision geometry (mesh vertices, box corners)."""
+        return self.points_of_body(self.body_id(name), dense)
+
+    def points_of_body(self, body: int, dense: bool = False) -> np.ndarray:
+        """World-frame points spanning one MuJoCo body's collision geometry, its children's included."""
         model, data = self.model, self.data
         clouds = []
-        for g in self._collision_geoms(self.body_id(name)):
+        for g in self._collision_geoms(body):
             size = model.geom_size[g]
             if model.geom_type[g] == 7:  # mesh
                 mesh = model.geom_dataid[g]
@@ -159,7 +256,7 @@ class _Scene:
             rot = np.asarray(data.geom_xmat[g]).reshape(3, 3)
             clouds.append(local @ rot.T + data.geom_xpos[g])
         if not clouds:
-            return self.body_pos(name)[None]
+            return np.array(data.xpos[body])[None]
         return np.concatenate(clouds)
 
     def goal_reached(self) -> bool:
@@ -193,11 +290,45 @@ class _Extent:
 
 
 # ------------------------------------------------------------------------------------ the expert
-class PickPlaceExpert:
+class _Controller:
+    """Proportional control of the grip site toward a position and ``self.grasp_rot``, and phase bookkeeping."""
+
+    GAIN = 1.5            # position action per POS_SCALE of error
+
+    scene: _Scene
+    grasp_rot: np.ndarray
+
+    def _move(self, target_pos: np.ndarray, gripper: float, rot: np.ndarray | None = None,
+              max_action: float = 1.0) -> np.ndarray:
+        scene = self.scene
+        action = np.zeros(7, dtype=np.float32)
+        action[:3] = np.clip(self.GAIN * (target_pos - scene.eef_pos()) / POS_SCALE, -max_action, max_action)
+        rot_error = _rotation_vector((self.grasp_rot if rot is None else rot) @ scene.eef_rot().T)
+        action[3:6] = np.clip(2.0 * rot_error / ROT_SCALE, -1.0, 1.0)
+        action[6] = gripper
+        return action
+
+    def _near(self, target_pos: np.ndarray, tol: float) -> bool:
+        return bool(np.linalg.norm(target_pos - self.scene.eef_pos()) < tol)
+
+    def _stalled(self) -> bool:
+        """Going down but no longer moving: resting on something."""
+        z, previous = self.scene.eef_pos()[2], self.last_z
+        self.last_z = z
+        return self.count > 8 and previous - z < 5e-4
+
+    def _next(self, phase: str) -> None:
+        self.phase, self.count, self.last_gap, self.last_z = phase, 0, 1.0, np.inf
+
+    def describe(self) -> str:
+        """The current phase (for logs)."""
+        return self.phase
+
+
+class PickPlaceExpert(_Controller):
     """Pick ``obj`` and put it on / in ``target`` (an object or a region site); call for each action."""
 
     LIFT = 0.10           # clearance above everything on the way (m)
-    GAIN = 1.5            # position action per POS_SCALE of error
     CLOSE_STEPS = 6       # at least this many steps closing the gripper
     OPEN_STEPS = 10
 
@@ -205,6 +336,7 @@ class PickPlaceExpert:
         self.scene, self.obj, self.target, self.relation = scene, obj, target, relation
         self.bowl = "bowl" in obj
         self.attempts, self.goal = 0, None
+        self.reached = scene.goal_reached   # a SequenceExpert gives each part its own predicate
         self._next("above")
         self.grasp_rot = scene.eef_rot()
         self.plan_grasp()
@@ -274,29 +406,6 @@ class PickPlaceExpert:
         site = scene.site_pos(self.target)
         return np.array([site[0], site[1], site[2] + 0.02])
 
-    # control
-    def _move(self, target_pos: np.ndarray, gripper: float, rot: np.ndarray | None = None,
-              max_action: float = 1.0) -> np.ndarray:
-        scene = self.scene
-        action = np.zeros(7, dtype=np.float32)
-        action[:3] = np.clip(self.GAIN * (target_pos - scene.eef_pos()) / POS_SCALE, -max_action, max_action)
-        rot_error = _rotation_vector((self.grasp_rot if rot is None else rot) @ scene.eef_rot().T)
-        action[3:6] = np.clip(2.0 * rot_error / ROT_SCALE, -1.0, 1.0)
-        action[6] = gripper
-        return action
-
-    def _near(self, target_pos: np.ndarray, tol: float) -> bool:
-        return bool(np.linalg.norm(target_pos - self.scene.eef_pos()) < tol)
-
-    def _stalled(self) -> bool:
-        """Going down but no longer moving: resting on something."""
-        z, previous = self.scene.eef_pos()[2], self.last_z
-        self.last_z = z
-        return self.count > 8 and previous - z < 5e-4
-
-    def _next(self, phase: str) -> None:
-        self.phase, self.count, self.last_gap, self.last_z = phase, 0, 1.0, np.inf
-
     def __call__(self) -> np.ndarray:
         self.count += 1
         scene = self.scene
@@ -354,9 +463,13 @@ class PickPlaceExpert:
                 self._next("up")
             return self._move(scene.eef_pos(), -1.0)
         # up: leave the object where it is; if it did not stay at the goal, pick it again
-        if self.count > 15 and not scene.goal_reached():
+        if self.count > 15 and not self.reached():
             return self._retry()
         return self._move(np.array([*scene.eef_pos()[:2], carry_z]), -1.0)
+
+    def finished(self) -> bool:
+        """Released at the goal and clear of it."""
+        return self.phase == "up" and self.count > 15 and self.reached()
 
     def _retry(self) -> np.ndarray:
         """The object slipped or missed the goal: plan a new grasp from where it lies now."""
@@ -365,6 +478,123 @@ class PickPlaceExpert:
         self.plan_grasp()
         self._next("above")
         return self._move(self.scene.eef_pos() + np.array([0, 0, 0.05]), -1.0)
+
+
+def _joint(scene: _Scene, name: str) -> tuple[int, int]:
+    """(joint id, qpos address) of a named MuJoCo joint."""
+    joint = scene.sim.model.joint_name2id(name)
+    return joint, int(scene.model.jnt_qposadr[joint])
+
+
+class TurnKnobExpert(_Controller):
+    """Turn a stove's knob (a hinge about the vertical) on or off: grasp it from the top across its
+    narrow side, then turn the wrist about the knob's axis until LIBERO's on / off test holds."""
+
+    def __init__(self, scene: _Scene, fixture: str, turn_on: bool):
+        self.scene, self.fixture, self.turn_on = scene, fixture, turn_on
+        self.joint, self.qpos_adr = _joint(scene, scene.env.get_object(fixture).joints[0])
+        ext = _Extent.of(scene.points_of_body(int(scene.model.jnt_bodyid[self.joint])))
+        anchor = np.array(scene.data.xanchor[self.joint])
+        rot_now = scene.eef_rot()
+        current_yaw = np.arctan2(rot_now[1, 0], rot_now[0, 0])
+        turn = (ext.narrow_yaw - current_yaw + np.pi / 2) % np.pi - np.pi / 2
+        self.grasp_rot = _yaw_rotation(turn) @ rot_now
+        self.grasp_pos = np.array([anchor[0], anchor[1], ext.high[2] - 0.012])
+        low, high = scene.model.jnt_range[self.joint]
+        self.goal_q = min(high - 0.1, 1.0) if turn_on else low
+        self.angle, self.q_start = 0.0, None
+        self._next("above")
+
+    def reached(self) -> bool:
+        """LIBERO's own on / off test of the knob's joint."""
+        q = float(self.scene.sim.data.qpos[self.qpos_adr])
+        fixture = self.scene.env.get_object(self.fixture)
+        return bool(fixture.turn_on(q) if self.turn_on else fixture.turn_off(q))
+
+    def finished(self) -> bool:
+        return self.phase == "up" and self.count > 8
+
+    def __call__(self) -> np.ndarray:
+        self.count += 1
+        scene = self.scene
+        above = self.grasp_pos + np.array([0, 0, 0.06])
+        q = float(scene.sim.data.qpos[self.qpos_adr])
+        if self.phase == "above":
+            if self._near(above, 0.012) and np.linalg.norm(
+                    _rotation_vector(self.grasp_rot @ scene.eef_rot().T)) < 0.08 or self.count > 80:
+                self._next("down")
+            return self._move(above, -1.0)
+        if self.phase == "down":
+            if self._near(self.grasp_pos, 0.006) or self._stalled() or self.count > 40:
+                self._next("close")
+            return self._move(self.grasp_pos, -1.0, max_action=0.5)
+        if self.phase == "close":
+            if self.count >= 10:
+                self._next("turn")
+            return self._move(self.grasp_pos, 1.0)
+        if self.phase == "turn":
+            # turn the goal orientation about the knob's (vertical) axis, at most 0.3 rad ahead of the joint
+            if self.q_start is None:
+                self.q_start = q
+            remaining = self.goal_q - q
+            if self.reached() or abs(remaining) < 0.02 or self.count > 80:
+                self._next("release")
+            self.angle = float(np.clip(self.angle + np.clip(remaining, -0.08, 0.08),
+                                       q - self.q_start - 0.3, q - self.q_start + 0.3))
+            return self._move(self.grasp_pos, 1.0, rot=_yaw_rotation(self.angle) @ self.grasp_rot)
+        if self.phase == "release":
+            if self.count >= 8:
+                self._next("up")
+            return self._move(scene.eef_pos(), -1.0, rot=scene.eef_rot())
+        return self._move(above + np.array([0, 0, 0.04]), -1.0, rot=scene.eef_rot())
+
+
+class SequenceExpert:
+    """Reach a conjunction of BDDL goals one part at a time (e.g. turn on the stove, then put the pan on it).
+
+    ``parts`` are (predicate, expert factory) in order; a part whose predicate already holds is
+    skipped, and the next part starts when the current one's expert has finished its motion.
+    """
+
+    def __init__(self, scene: _Scene, parts: list[tuple[list[str], Callable[[], object]]]):
+        self.scene, self.parts, self.index, self.current = scene, parts, 0, None
+
+    def describe(self) -> str:
+        return f"{self.index}:{self.current.describe() if self.current is not None else '-'}"
+
+    def __call__(self) -> np.ndarray:
+        env = self.scene.env
+        if self.current is not None and self.current.finished():
+            self.index, self.current = self.index + 1, None
+        while self.current is None and self.index < len(self.parts):
+            predicate, make = self.parts[self.index]
+            if env._eval_predicate(predicate):
+                self.index += 1
+                continue
+            self.current = make()
+            self.current.reached = (lambda p=predicate: bool(env._eval_predicate(p)))
+        if self.current is None:   # every part holds: stay still, gripper open
+            return np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float32)
+        return self.current()
+
+
+def _part(scene: _Scene, predicate: list[str], task_name: str) -> Callable[[], object]:
+    """A factory for the expert that makes one BDDL predicate true."""
+    kind = predicate[0].lower()
+    if kind in ("on", "in") and not task_name.startswith("push") and "_push_" not in task_name:
+        _, obj, target = predicate
+        return lambda: PickPlaceExpert(scene, obj, target, kind)
+    if kind in ("turnon", "turnoff"):
+        return lambda: TurnKnobExpert(scene, predicate[1], kind == "turnon")
+    # opening / closing drawers and pushing have no primitive: see docs/libero.md
+    raise KeyError(f"no scripted primitive for the BDDL predicate {predicate} of {task_name}")
+
+
+def _order(goal: list[list[str]]) -> list[list[str]]:
+    """The goal's parts in an order that works: knobs first, then placing (an object that another is
+    placed on goes first)."""
+    placed_on = {p[2] for p in goal if p[0].lower() in ("on", "in")}
+    return sorted(goal, key=lambda p: 0 if p[0].lower() in ("turnon", "turnoff") else 1 if p[1] in placed_on else 2)
 
 
 def libero_expert(env) -> Callable[[], np.ndarray]:
@@ -386,5 +616,14 @@ def libero_expert(env) -> Callable[[], np.ndarray]:
     robosuite_env = getattr(getattr(base, "backend", None), "robosuite_env", None)
     if robosuite_env is None:
         raise TypeError(f"{env} is not a vla_gym LIBERO env (VLA/Libero*-v0)")
-    (relation, obj, target), = robosuite_env.parsed_problem["goal_state"]
-    return PickPlaceExpert(_Scene(robosuite_env), obj, target, relation.lower())
+    return _expert_for_goal(robosuite_env, task)
+
+
+def _expert_for_goal(robosuite_env, task) -> Callable[[], np.ndarray]:
+    """The expert for the BDDL goal of the robosuite env's task (whether or not it is in SUPPORTED)."""
+    goal = [list(predicate) for predicate in robosuite_env.parsed_problem["goal_state"]]
+    scene = _Scene(robosuite_env)
+    parts = _order(goal)
+    if len(parts) == 1:
+        return _part(scene, parts[0], task.name)()
+    return SequenceExpert(scene, [(predicate, _part(scene, predicate, task.name)) for predicate in parts])
