@@ -255,7 +255,7 @@ def test_libero_close_and_exit_print_nothing():
     """Closing one LIBERO env and exiting with another still open prints no EGLError (issue 11)."""
     pytest.importorskip("libero")
     result = subprocess.run([sys.executable, "-c", LEFT_OPEN_SCRIPT], capture_output=True, text=True,
-                            timeout=CASE_TIMEOUT_S)
+                            timeout=CASE_TIMEOUT_S, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr.split("@@CLOSE@@", 1)[1].strip() == ""
 
@@ -280,17 +280,35 @@ def test_list_says_which_maniskill_ids_run_offline_and_how_to_download_the_rest(
     assert rows["VLA/ManiSkillTabletop-v0"].endswith("  yes")
 
 
-def test_bench_vectorizers_quick_form(tmp_path):
-    """benchmarks/bench_vectorizers.py --quick: every vectorizer builds, steps and reports a rate."""
-    pytest.importorskip("mani_skill")
+def _run_bench_vectorizers(*flags: str) -> tuple[list[dict], str]:
     script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_vectorizers.py"
-    result = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True,
-                            timeout=CASE_TIMEOUT_S * 2)
+    result = subprocess.run([sys.executable, str(script), "--quick", *flags], capture_output=True, text=True,
+                            timeout=CASE_TIMEOUT_S * 2, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
-    rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")], result.stdout
+
+
+def test_bench_vectorizers_quick_form(tmp_path):
+    """benchmarks/bench_vectorizers.py --quick: every vectorizer builds, steps and reports a rate, every block's
+    rate, its ratio to vla_gym in the same rounds and the CPU time per simulator step of it and its workers."""
+    pytest.importorskip("mani_skill")
+    rows, stdout = _run_bench_vectorizers()
     assert [row["vectorizer"] for row in rows] == ["vla_gym-async", "gymnasium-async-spawn", "sb3-subproc-forkserver"]
-    assert all(row["sim_steps_per_s"] > 0 for row in rows)
-    assert "| config | envs | chunk | vectorizer |" in result.stdout
+    assert all(row["sim_steps_per_s"] > 0 and len(row["blocks"]) == 2 for row in rows)
+    assert rows[0]["vs_vla_gym"] == 1.0 and all(row["vs_vla_gym"] > 0 for row in rows)
+    # workers are counted: one simulator step costs far more CPU than this process alone spends sending it
+    assert all(row["cpu_ms_per_sim_step"] > 0.1 for row in rows)
+    assert "| config | envs | chunk | vectorizer |" in stdout
+
+
+def test_bench_vectorizers_sequential_form():
+    """--sequential (one vector env alive at a time, rebuilt every round) times the same way."""
+    pytest.importorskip("mani_skill")
+    rows, stdout = _run_bench_vectorizers("--sequential", "--rounds", "1",
+                                          "--vectorizers", "vla_gym-async,sb3-subproc-forkserver")
+    assert [row["vectorizer"] for row in rows] == ["vla_gym-async", "sb3-subproc-forkserver"]
+    assert all(row["sequential"] and len(row["blocks"]) == 1 and row["cpu_ms_per_sim_step"] > 0.1 for row in rows)
+    assert "maniskill-state (sequential)" in stdout
 
 
 def test_torchrl_cases_ran():
