@@ -92,6 +92,11 @@ SHORT_FORMS = {
     "python trainers/grpo.py --config examples/configs/libero_small_grpo.yaml "
     "grpo.init_checkpoint=runs/libero_small_sft/final.pt": Short(
         needs=LIBERO_SFT, expect_files=("runs/libero_small_grpo/checkpoints/ckpt_*.pt",)),
+    "vla-gym list --pro": Short(),
+    "python trainers/eval.py --checkpoint runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000300.pt --ood": Short(
+        replace=(("ckpt_00000300.pt", "ckpt_00000001.pt"), ("--ood", "--ood paraphrase,action_noise")),
+        extra=("--episodes-per-task", "1"), needs=MAIN_JOB,
+        expect_files=("runs/maniskill_pushcube_ppo/eval-ckpt_00000001/ood.md",)),  # reads the LIBERO-PRO catalog, builds no scene
     "python trainers/eval.py --checkpoint runs/libero_small_sft/final.pt --episodes-per-task 10": Short(
         replace=(("--episodes-per-task 10", "--episodes-per-task 1"),), extra=("--tasks", "0"),
         needs=LIBERO_SFT, expect_files=("runs/libero_small_sft/eval-final/eval.md",)),
