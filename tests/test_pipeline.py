@@ -169,12 +169,22 @@ def test_the_trainer_names_the_key_for_sync_envs():
     cfg = config_from_dict({"env": {"id": "CartPole-v1", "num_envs": 2, "vectorization": "sync"},
                             "rollout": {"pipeline_stages": 2}, "ppo": {"n_steps": 4, "batch_size": 8},
                             "logging": {"tensorboard": False, "progress_bar": False}})
-    model = PPO.from_config(cfg, write_run=False)
-    try:
-        with pytest.raises(PipelineError, match="rollout.pipeline_stages=2 .*env.vectorization=async"):
-            model.learn()
-    finally:
-        model.close()
+    with pytest.raises(PipelineError, match="rollout.pipeline_stages=2 .*env.vectorization=async"):
+        PPO.from_config(cfg, write_run=False)  # at set-up, before any rollout
+
+
+def test_the_command_line_prints_the_fix_without_a_traceback():
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "trainers/ppo.py", "--config", "examples/configs/cartpole_ppo.yaml",
+                             "rollout.pipeline_stages=2", "env.vectorization=sync", "total_timesteps=1",
+                             "logging.tensorboard=false", "logging.progress_bar=false"],
+                            cwd=root, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert "set env.vectorization=async" in result.stderr and "Traceback" not in result.stderr
 
 
 # --------------------------------------------------------------------------------- LIBERO, action chunks

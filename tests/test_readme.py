@@ -93,6 +93,8 @@ SHORT_FORMS = {
     "grpo.init_checkpoint=runs/libero_small_sft/final.pt": Short(
         needs=LIBERO_SFT, expect_files=("runs/libero_small_grpo/checkpoints/ckpt_*.pt",)),
     "vla-gym list --pro": Short(),
+    "python trainers/ppo.py --config examples/configs/cartpole_ppo.yaml env.vectorization=async "
+    "rollout.pipeline_stages=2": Short(extra=("env.num_envs=2", "env.vectorization=async"), expect_files=("runs/cartpole_ppo/checkpoints/ckpt_*.pt",)),
     "python trainers/eval.py --checkpoint runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000300.pt --ood": Short(
         replace=(("ckpt_00000300.pt", "ckpt_00000001.pt"), ("--ood", "--ood paraphrase,action_noise")),
         extra=("--episodes-per-task", "1"), needs=MAIN_JOB,

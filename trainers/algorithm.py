@@ -33,6 +33,7 @@ from vla_gym.trainers.checkpoint import rng_state, set_rng_state
 from vla_gym.trainers.distributed import Distributed
 from vla_gym.trainers.envs import make_envs
 from vla_gym.trainers.periodic_eval import TrainingEvaluator
+from vla_gym.trainers.pipeline import PipelineError, check_stages
 from vla_gym.trainers.policies import make_policy
 from vla_gym.trainers.run import TrainingRun
 from vla_gym.trainers.sb3_api import SB3Interface
@@ -65,6 +66,8 @@ class OnPolicyAlgorithm(SB3Interface):
     algo: str = ""
     #: loss stats a subclass adds to TRAIN_KEYS
     extra_train_keys: tuple[str, ...] = ()
+    #: set-up errors whose message names the fix: the command line prints them without a traceback (exit 2)
+    setup_errors: tuple[type[Exception], ...] = (PipelineError,)
 
     def _setup(self, cfg, dist, policy, envs, observation_space, action_space, write_run) -> None:
         """Policy, optimizer, counters and seeds (every constructor ends here)."""
@@ -86,6 +89,8 @@ class OnPolicyAlgorithm(SB3Interface):
                 observation_space, action_space = self.envs.single_observation_space, self.envs.single_action_space
             torch.manual_seed(cfg.seed)  # the same initial parameters on every rank
             policy = make_policy(cfg.policy.name, observation_space, action_space, **self._policy_kwargs())
+        if self.envs is not None:  # fail before the run starts, not at the first rollout
+            check_stages(self.envs, cfg.rollout.pipeline_stages)
         self.policy = policy.to(self.device)
         self.prepare_policy()
         self.model = self.dist.wrap(self.policy, find_unused_parameters=self._find_unused_parameters(),
