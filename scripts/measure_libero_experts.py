@@ -124,6 +124,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch", type=int, default=10, help="init states per work item")
     parser.add_argument("--out", default="runs/libero_experts")
     args = parser.parse_args(argv)
+    if args.init_states is not None and args.init_states < 1:
+        parser.error("--init-states must be at least 1 (leave it out for all 50)")
 
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

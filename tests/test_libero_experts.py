@@ -48,7 +48,7 @@ def test_expert_solves_sample_tasks(env_id, cases):
     ("VLA/LiberoGoal-v0", "put_the_cream_cheese_in_the_bowl"),   # pick-and-place onto an object
     ("VLA/LiberoGoal-v0", "turn_on_the_stove"),                  # turn a knob
 ])
-def test_expert_solves_goal_and_libero90_families(env_id, task_name):
+def test_expert_solves_goal_task_families(env_id, task_name):
     env = gym.make(env_id, cameras=("main",), image_size=32)
     try:
         task_id = next(t.index for t in env.unwrapped.tasks if t.name == task_name)

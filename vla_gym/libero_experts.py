@@ -50,7 +50,7 @@ _GOAL_TASKS = (
     "put_the_bowl_on_the_plate",
     "put_the_wine_bottle_on_the_rack",
 )
-#: LIBERO-90 tasks the same primitives solve
+#: LIBERO-90 tasks the same primitives solve (those that succeeded at least once when measured)
 _LIBERO_90_TASKS = (
     "KITCHEN_SCENE10_put_the_black_bowl_in_the_top_drawer_of_the_cabinet",
     "KITCHEN_SCENE1_put_the_black_bowl_on_the_plate",
@@ -61,7 +61,6 @@ _LIBERO_90_TASKS = (
     "KITCHEN_SCENE2_put_the_middle_black_bowl_on_top_of_the_cabinet",
     "KITCHEN_SCENE2_stack_the_black_bowl_at_the_front_on_the_black_bowl_in_the_middle",
     "KITCHEN_SCENE2_stack_the_middle_black_bowl_on_the_back_black_bowl",
-    "KITCHEN_SCENE3_put_the_frying_pan_on_the_stove",
     "KITCHEN_SCENE3_put_the_moka_pot_on_the_stove",
     "KITCHEN_SCENE3_turn_on_the_stove",
     "KITCHEN_SCENE4_put_the_black_bowl_in_the_bottom_drawer_of_the_cabinet",
@@ -71,14 +70,9 @@ _LIBERO_90_TASKS = (
     "KITCHEN_SCENE5_put_the_black_bowl_in_the_top_drawer_of_the_cabinet",
     "KITCHEN_SCENE5_put_the_black_bowl_on_the_plate",
     "KITCHEN_SCENE5_put_the_black_bowl_on_top_of_the_cabinet",
-    "KITCHEN_SCENE5_put_the_ketchup_in_the_top_drawer_of_the_cabinet",
-    "KITCHEN_SCENE6_put_the_yellow_and_white_mug_to_the_front_of_the_white_mug",
     "KITCHEN_SCENE7_put_the_white_bowl_on_the_plate",
     "KITCHEN_SCENE7_put_the_white_bowl_to_the_right_of_the_plate",
     "KITCHEN_SCENE8_turn_off_the_stove",
-    "KITCHEN_SCENE9_put_the_frying_pan_on_the_cabinet_shelf",
-    "KITCHEN_SCENE9_put_the_frying_pan_on_top_of_the_cabinet",
-    "KITCHEN_SCENE9_put_the_frying_pan_under_the_cabinet_shelf",
     "KITCHEN_SCENE9_put_the_white_bowl_on_top_of_the_cabinet",
     "KITCHEN_SCENE9_turn_on_the_stove",
     "LIVING_ROOM_SCENE1_pick_up_the_alphabet_soup_and_put_it_in_the_basket",
@@ -106,23 +100,17 @@ _LIBERO_90_TASKS = (
     "LIVING_ROOM_SCENE6_put_the_chocolate_pudding_to_the_right_of_the_plate",
     "LIVING_ROOM_SCENE6_put_the_red_mug_on_the_plate",
     "LIVING_ROOM_SCENE6_put_the_white_mug_on_the_plate",
-    "STUDY_SCENE1_pick_up_the_book_and_place_it_in_the_front_compartment_of_the_caddy",
     "STUDY_SCENE1_pick_up_the_book_and_place_it_in_the_left_compartment_of_the_caddy",
     "STUDY_SCENE1_pick_up_the_book_and_place_it_in_the_right_compartment_of_the_caddy",
     "STUDY_SCENE1_pick_up_the_yellow_and_white_mug_and_place_it_to_the_right_of_the_caddy",
     "STUDY_SCENE2_pick_up_the_book_and_place_it_in_the_back_compartment_of_the_caddy",
-    "STUDY_SCENE2_pick_up_the_book_and_place_it_in_the_front_compartment_of_the_caddy",
     "STUDY_SCENE2_pick_up_the_book_and_place_it_in_the_left_compartment_of_the_caddy",
     "STUDY_SCENE2_pick_up_the_book_and_place_it_in_the_right_compartment_of_the_caddy",
-    "STUDY_SCENE3_pick_up_the_book_and_place_it_in_the_front_compartment_of_the_caddy",
     "STUDY_SCENE3_pick_up_the_book_and_place_it_in_the_left_compartment_of_the_caddy",
     "STUDY_SCENE3_pick_up_the_book_and_place_it_in_the_right_compartment_of_the_caddy",
     "STUDY_SCENE3_pick_up_the_red_mug_and_place_it_to_the_right_of_the_caddy",
     "STUDY_SCENE3_pick_up_the_white_mug_and_place_it_to_the_right_of_the_caddy",
-    "STUDY_SCENE4_pick_up_the_book_in_the_middle_and_place_it_on_the_cabinet_shelf",
     "STUDY_SCENE4_pick_up_the_book_on_the_left_and_place_it_on_top_of_the_shelf",
-    "STUDY_SCENE4_pick_up_the_book_on_the_right_and_place_it_on_the_cabinet_shelf",
-    "STUDY_SCENE4_pick_up_the_book_on_the_right_and_place_it_under_the_cabinet_shelf",
 )
 
 #: (suite, task name) of every task with an expert
