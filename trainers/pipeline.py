@@ -195,6 +195,8 @@ def _take(obs: Any, rows: range) -> Any:
         return {key: _take(value, rows) for key, value in obs.items()}
     if isinstance(obs, np.ndarray):
         return obs[rows.start:rows.stop].copy()
+    if isinstance(obs, torch.Tensor):  # the GPU-batched ManiSkill env's observations, on their device
+        return obs[rows.start:rows.stop]
     return tuple(obs[i] for i in rows)
 
 
