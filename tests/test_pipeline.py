@@ -215,3 +215,28 @@ def test_libero_chunked_ppo_rollouts_are_the_same_with_two_stages(libero_envs):
     assert one["dones0"][1].all()  # both envs' 8-step episodes ended at the second chunk and were reset
     for key in one:
         assert_same(one[key], two[key], **({} if key.startswith("obs") else CLOSE))
+
+
+def test_envs_that_cannot_pipeline_sample_in_one_batched_draw(monkeypatch):
+    """Per-env generators cost one small draw per env per step: only envs that can run in stages pay it (the
+    GPU-batched env has thousands of rows)."""
+    from vla_gym.trainers.policies import distributions
+
+    seen, noise = [], distributions._noise
+
+    def spy(like, fill):
+        seen.append(distributions._ROW_GENERATORS.get())
+        return noise(like, fill)
+
+    monkeypatch.setattr(distributions, "_noise", spy)
+    envs = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
+    try:
+        assert not StagedStepper(envs, 1).can_pipeline
+        policy = make_policy("mlp", envs.single_observation_space, envs.single_action_space)
+        collector = RolloutCollector(envs, policy, RolloutBuffer(4, 2, "cpu"), gamma=0.99, gae_lambda=0.95)
+        collector.reset([0, 1])
+        collector.collect()
+    finally:
+        envs.close()
+    assert seen and all(generators is None for generators in seen)  # the global generator, one draw per step
+

@@ -77,6 +77,11 @@ class StagedStepper:
         self._steps: list[tuple | None] = [None] * envs.num_envs   # per sub-env (reward, term, trunc, info)
         self._whole: tuple | None = None                   # S=1: envs.step's result
 
+    @property
+    def can_pipeline(self) -> bool:
+        """Whether these envs could run in stages (worker processes, SAME_STEP autoreset), whatever S is now."""
+        return isinstance(self.envs, AsyncVectorEnv) and autoreset_mode(self.envs) == AutoresetMode.SAME_STEP
+
     def stage_of(self, env_index: int) -> int:
         return env_index // len(self.rows[0])
 

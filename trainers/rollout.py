@@ -16,8 +16,9 @@ Terminations and truncations across auto-resets, for both gymnasium autoreset mo
 
 Pipelining (``pipeline_stages=S``, config ``rollout.pipeline_stages``): the envs step in S stages and the policy
 infers for one stage while the others step (:mod:`vla_gym.trainers.pipeline`); the buffer is filled exactly as with
-S=1. Each env samples its actions from its own generator, seeded from torch's global one at each rollout, so the
-rollout is the same for every S.
+S=1. On envs that can pipeline (async workers) each env samples its actions from its own generator, seeded from
+torch's global one at each rollout, so the rollout is the same for every S; on others (sync, the GPU-batched env)
+the batch samples from the global generator in one draw.
 
 A step that is both terminated and truncated counts as terminated (no bootstrap). With
 ``bootstrap_terminated=True`` terminations are bootstrapped like truncations (ManiSkill's PPO does this for
@@ -89,10 +90,10 @@ class RolloutCollector:
         self.stage_obs = [to_torch(part, self.device) for part in split(obs, self.stepper.rows)]
         self.tracker = self._new_tracker()
 
-    def _act_and_send(self, stage: int, generators: list[torch.Generator]):
+    def _act_and_send(self, stage: int, generators: list[torch.Generator] | None):
         """Sample the stage's actions (each env from its generator) and start its envs stepping."""
         rows = self.stepper.rows[stage]
-        with row_generators(generators[rows.start:rows.stop]):
+        with row_generators(None if generators is None else generators[rows.start:rows.stop]):
             out = self.policy.act(self.stage_obs[stage])
         self.stepper.send(stage, self.policy.env_actions(out[0]))
         return out
@@ -107,7 +108,9 @@ class RolloutCollector:
         next_step = self.mode == AutoresetMode.NEXT_STEP
         pending = np.zeros(self.envs.num_envs, dtype=bool)  # NEXT_STEP: truncated last step, bootstrap now
         reward_sum, reward_count = 0.0, 0
-        generators = seeded_generators(self.envs.num_envs, policy.device)
+        # one generator per env where S=1 and S>1 must sample alike; elsewhere (sync envs, the GPU-batched env with
+        # thousands of rows) one batched draw from the global generator, not one small draw per env per step
+        generators = seeded_generators(self.envs.num_envs, policy.device) if stepper.can_pipeline else None
         outs = [self._act_and_send(g, generators) for g in range(stepper.num_stages)]
         for t in range(buffer.n_steps):
             obs = self.obs
