@@ -71,6 +71,32 @@ def test_table_and_state_only_policies(tmp_path):
     assert "| n/a | n/a | n/a | n/a | n/a |" in ood_markdown(no_success)  # envs that report no success
 
 
+def test_a_killed_report_resumes_at_its_row(tmp_path):
+    """Rows finished with the same settings are kept; a row that failed, or other settings, play again."""
+    played = []
+
+    def evaluate(env_cfg, directory, header):
+        played.append(directory.name)
+        if directory.name == "paraphrase" and played.count("paraphrase") == 1:
+            raise KeyboardInterrupt  # the run is killed in its third row
+        return {"overall": {"episodes": 2, "success_rate": 0.5, "mean_length": 10.0}}
+
+    env_cfg = config_from_dict({}).env
+    rows = parse_rows("lighting,paraphrase,action_noise")
+    settings = {"checkpoint": "a.pt", "episodes_per_task": 2}
+    with pytest.raises(KeyboardInterrupt):
+        run_ood(evaluate, env_cfg, rows, tmp_path, "t", sees_images=True, settings=settings)
+    report = run_ood(evaluate, env_cfg, rows, tmp_path, "t", sees_images=True, settings=settings)
+    assert played == ["ind", "lighting", "paraphrase", "paraphrase", "action_noise"]
+    assert [r["perturbation"] for r in report["rows"]] == ["lighting", "paraphrase", "action_noise"]
+    run_ood(evaluate, env_cfg, rows, tmp_path, "t", sees_images=True, settings=settings)  # all kept
+    assert len(played) == 5
+    run_ood(evaluate, env_cfg, rows[:1], tmp_path, "t", sees_images=True, settings={**settings, "seed": 1})
+    assert played[5:] == ["ind", "lighting"]  # other settings: played anew
+    run_ood(evaluate, env_cfg, parse_rows("lighting=0.9"), tmp_path, "t", sees_images=True, settings={**settings, "seed": 1})
+    assert played[7:] == ["lighting-0.9"]
+
+
 def test_libero_pro_rows_have_their_own_table(tmp_path):
     """--libero-pro: a row per LIBERO-PRO suite (env kwarg perturbation=...), apart from the seeded rows."""
     configs = {}
@@ -109,6 +135,12 @@ def test_ood_cli_end_to_end(tmp_path, capsys):
     episodes = json.loads((out / "ind" / "eval.json").read_text())["episodes"]
     perturbed = json.loads((out / "paraphrase" / "eval.json").read_text())["episodes"]
     assert [e["spec"] for e in episodes] == [e["spec"] for e in perturbed]  # the same episodes in every row
+    # the same command again (e.g. after a kill): every finished row is kept, nothing is played
+    assert eval_main(["--checkpoint", str(checkpoint), "--ood", "camera_pose,paraphrase,action_noise=0.3",
+                      "--episodes-per-task", "1", "--out", str(out), "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("kept from an earlier run") == 4 and "eval.md, " not in printed  # no row played
+    assert json.loads((out / "ood.json").read_text()) == report
 
 
 def test_ood_cli_bad_list_exits_2(tmp_path, capsys):

@@ -403,12 +403,13 @@ def write_report(results: Sequence[EpisodeResult], directory: str | os.PathLike,
     directory.mkdir(parents=True, exist_ok=True)
     summary = summarize(results)
     episodes = [dict(asdict(r), spec=asdict(r.spec)) for r in results]
-    _atomic_write(directory / "eval.json", json.dumps({"summary": summary, "episodes": episodes}, indent=2))
-    _atomic_write(directory / "eval.md", (f"{header}\n\n" if header else "") + markdown_table(summary))
+    atomic_write_text(directory / "eval.json", json.dumps({"summary": summary, "episodes": episodes}, indent=2))
+    atomic_write_text(directory / "eval.md", (f"{header}\n\n" if header else "") + markdown_table(summary))
     return summary
 
 
-def _atomic_write(path: pathlib.Path, text: str) -> None:
+def atomic_write_text(path: pathlib.Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename: a reader never sees half a file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)

@@ -105,13 +105,25 @@ def main(argv: list[str] | None = None) -> int:
             evaluate(cfg.env, out, f"# {cfg.env.id}: {args.checkpoint}")
         else:
             sees_images = observes_images({**cfg.env.kwargs, **cfg.eval.env_kwargs})
-            report = run_ood(evaluate, cfg.env, rows, out, f"{cfg.env.id}: {args.checkpoint}", sees_images)
+            report = run_ood(evaluate, cfg.env, rows, out, f"{cfg.env.id}: {args.checkpoint}", sees_images,
+                             settings=report_settings(args, dist.world_size))
             if report is not None:
                 print(ood_markdown(report), end="")
                 print(f"OOD report: {out / 'ood.md'}, {out / 'ood.json'}")
     finally:
         dist.close()
     return 0
+
+
+def report_settings(args: argparse.Namespace, world_size: int) -> dict:
+    """What decides an OOD row's episodes besides its env: the checkpoint (path, size, time) and the episode
+    selection. A row finished with the same settings is kept when the report is run again (resume)."""
+    checkpoint = pathlib.Path(args.checkpoint).resolve()
+    stat = checkpoint.stat()
+    return {"checkpoint": str(checkpoint), "checkpoint_size": stat.st_size, "checkpoint_mtime_ns": stat.st_mtime_ns,
+            "episodes_per_task": args.episodes_per_task, "tasks": args.tasks,
+            "first_init_state": args.first_init_state, "seed": args.seed, "stochastic": args.stochastic,
+            "processes": world_size, "video_episodes": args.video_episodes}
 
 
 def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, video_episodes: int,

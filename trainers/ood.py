@@ -15,6 +15,10 @@ the mean of the categories evaluated. Vision rows are left out for a policy that
 (:func:`vla_gym.libero_pro.variants`: ``swap``, ``lan``, ``object``, ``with_mug``, ...). Those suites have their own
 tasks and initial states, so their rows are not the same episodes: they get a table and category means of
 their own, apart from the seeded perturbations'.
+
+A killed report resumes: each finished row leaves ``<row>/ood_row.json`` (its settings and summary), and the same
+command again keeps those rows and plays the rest (another checkpoint, episode selection or strength plays the
+row anew).
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from vla_gym.perturbations import CATEGORIES, PERTURBATIONS, make_perturbation
+from vla_gym.trainers.episode_runner import atomic_write_text
 
 #: column title of each category in the table
 COLUMNS = {"vision": "Vision", "semantic": "Semantic", "execution": "Execution"}
@@ -114,23 +119,60 @@ def observes_images(env_kwargs: dict) -> bool:
 Evaluate = Callable[[Any, pathlib.Path, str], "dict | None"]
 
 
+#: written beside a finished row's ``eval.json``: the settings it was played with and its summary
+ROW_MARKER = "ood_row.json"
+
+
 def run_ood(evaluate: Evaluate, env_cfg, rows: Sequence[Row], out: pathlib.Path, title: str,
-            sees_images: bool) -> dict | None:
-    """Evaluate in distribution and each row, then write ``ood.md`` / ``ood.json``; returns the report (rank 0)."""
+            sees_images: bool, settings: dict | None = None) -> dict | None:
+    """Evaluate in distribution and each row, then write ``ood.md`` / ``ood.json``; returns the report (rank 0).
+
+    A row finished by an earlier run into the same ``out`` with the same ``settings`` (checkpoint, episodes,
+    seed, ...: whatever decides its episodes) and the same env config is kept, not played again, so a killed
+    report resumes at the row it was in. ``settings=None`` plays every row.
+    """
     skipped = [row for row in rows if row.category == "vision" and not sees_images]
     rows = [row for row in rows if row not in skipped]
     summaries = {}
     for row in [Row()] + list(rows):
         label = f"{row.name} (strength {_strength(row)})" if row.kind else \
             f"LIBERO-PRO {row.libero_pro}" if row.libero_pro else "in distribution"
-        summaries[row] = evaluate(row.env_config(env_cfg), out / row.name, f"# {title}: {label}")
+        row_env = row.env_config(env_cfg)
+        key = None if settings is None else _row_key(settings, row_env)
+        summary = _finished_row(out / row.name, key)
+        if summary is not None:
+            print(f"{row.name}: kept from an earlier run ({out / row.name / ROW_MARKER})")
+        else:
+            summary = evaluate(row_env, out / row.name, f"# {title}: {label}")
+            if summary is not None and key is not None:
+                (out / row.name).mkdir(parents=True, exist_ok=True)
+                atomic_write_text(out / row.name / ROW_MARKER, json.dumps({"settings": key, "summary": summary}, indent=2))
+        summaries[row] = summary
     if summaries[Row()] is None:  # not the main rank
         return None
     report = ood_report(summaries, title, [row.kind for row in skipped])
     out.mkdir(parents=True, exist_ok=True)
-    (out / "ood.json").write_text(json.dumps(report, indent=2))
-    (out / "ood.md").write_text(ood_markdown(report))
+    atomic_write_text(out / "ood.json", json.dumps(report, indent=2))
+    atomic_write_text(out / "ood.md", ood_markdown(report))
     return report
+
+
+def _row_key(settings: dict, row_env) -> Any:
+    """What decides a row's episodes, as plain JSON (compared after a round trip through JSON)."""
+    env = dataclasses.asdict(row_env) if dataclasses.is_dataclass(row_env) else row_env
+    return json.loads(json.dumps({"settings": settings, "env": env}, sort_keys=True, default=str))
+
+
+def _finished_row(directory: pathlib.Path, key: Any) -> dict | None:
+    """The summary of a row an earlier run finished with the same key (None: play it)."""
+    marker = directory / ROW_MARKER
+    if key is None or not marker.is_file():
+        return None
+    try:
+        saved = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    return saved["summary"] if saved.get("settings") == key else None
 
 
 def _strength(row: Row) -> float | None:
