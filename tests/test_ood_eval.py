@@ -9,6 +9,8 @@ import dataclasses
 import json
 import math
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
@@ -21,14 +23,18 @@ from vla_gym.trainers.policies import make_policy
 POLICY_KWARGS = {"image_features": 16, "hidden_sizes": [16], "text_dim": 8}
 
 
-def tiny_checkpoint(path):
+def tiny_checkpoint(path, chunk_size: int | None = None):
+    """An untrained tiny CNN checkpoint for PushCube images; ``chunk_size``: trained behind ``ActionChunk``."""
+    wrappers = [{"name": "ActionChunk", "kwargs": {"chunk_size": chunk_size}}] if chunk_size else []
     cfg = config_from_dict({
-        "env": {"id": "VLA/ManiSkill-PushCube-v0", "num_envs": 1,
+        "env": {"id": "VLA/ManiSkill-PushCube-v0", "num_envs": 1, "wrappers": wrappers,
                 "kwargs": {"cameras": ["main"], "image_size": 64, "max_episode_steps": 4}},
         "policy": {"name": "cnn", "kwargs": POLICY_KWARGS},
     })
     observation_space = schema.observation_space(("main",), (64, 64), 8)
     action_space = schema.action_space(7)
+    if chunk_size:
+        action_space = gym.spaces.Box(-1.0, 1.0, (chunk_size, 7), np.float32)
     policy = make_policy("cnn", observation_space, action_space, **POLICY_KWARGS)
     torch.save({"config": dataclasses.asdict(cfg), "policy": policy.state_dict(), "policy_name": "cnn",
                 "policy_kwargs": POLICY_KWARGS, "observation_space": observation_space,
@@ -118,8 +124,9 @@ def test_libero_pro_rows_have_their_own_table(tmp_path):
 
 
 def test_ood_cli_end_to_end(tmp_path, capsys):
-    """One command: IND + one perturbation per category, one episode each, a table, a json and a video per row."""
-    checkpoint = tiny_checkpoint(tmp_path / "ckpt.pt")
+    """One command: IND + one perturbation per category, one episode each, a table, a json and a video per row;
+    the policy acts in chunks (ActionChunk above the row's Perturb, as in the LIBERO configs)."""
+    checkpoint = tiny_checkpoint(tmp_path / "ckpt.pt", chunk_size=2)
     out = tmp_path / "report"
     code = eval_main(["--checkpoint", str(checkpoint), "--ood", "camera_pose,paraphrase,action_noise=0.3",
                       "--episodes-per-task", "1", "--out", str(out), "--device", "cpu"])

@@ -147,6 +147,29 @@ def test_time_limit_below_the_chunk_counts_sub_steps(base):
     assert np.array_equal(obs["images"]["wrist"], base.backend.render()["wrist"])  # fresh, not stale
 
 
+def test_perturbations_below_the_chunk_reach_the_fresh_final_observation(base):
+    """Perturb below ActionChunk, where ``eval.py --ood`` puts it: paraphrase changes the observation space and
+    image noise the pixels; both reach the observation ActionChunk renders when a chunk ends on a skipped step."""
+    from vla_gym.wrappers import Perturb
+
+    plain = base.reset(seed=0)[0]["instruction"]
+    paraphrase = Perturb(base, "paraphrase")
+    noisy = Perturb(paraphrase, "image_noise", strength=0.2)
+    env = ActionChunk(gym.wrappers.TimeLimit(noisy, K + 2), K)
+    try:
+        obs, _ = env.reset(seed=0)
+        assert obs["instruction"] != plain
+        env.step(small_actions(K))
+        final, _, _, truncated, info = env.step(small_actions(K))
+        assert truncated and info["observed"] is True and final["instruction"] == obs["instruction"]
+        fresh = base.backend.render()["wrist"].astype(int)
+        difference = np.abs(final["images"]["wrist"].astype(int) - fresh).mean()
+        assert 5 < difference < 60  # the fresh render, with this episode's noise on it
+    finally:
+        noisy.detach()
+        paraphrase.detach()
+
+
 def test_fresh_final_observation_passes_through_observation_wrappers_below(base):
     from vla_gym.video import resize_image
 

@@ -27,9 +27,11 @@ for the measured speed-up).
 
 If the chunk ends early on a skipped sub-step (the episode ended, e.g. a ``TimeLimit`` below ActionChunk
 truncated it), the cameras are rendered once with ``VLAEnv.observe()`` and the fresh observation is passed
-up through the ``gym.ObservationWrapper`` layers in between, so the chunk still renders exactly once. A
-wrapper below ActionChunk that changes the observation space without being an ``ObservationWrapper``
-could not be replayed that way, so it is refused (put it above ActionChunk).
+up through the observation-transforming layers in between (``gym.ObservationWrapper``s, and wrappers such
+as :class:`~vla_gym.wrappers.Perturb` that transform observations in ``step`` and offer the same transform as
+``refresh_observation(obs)``), so the chunk still renders exactly once. A wrapper below ActionChunk that
+changes the observation space with neither could not be replayed that way, so it is refused (put it above
+ActionChunk).
 
 Placement: anywhere above the ``VLAEnv``. ``gym.make(id, max_episode_steps=N)``'s ``TimeLimit`` below it
 counts env steps (sub-steps), like the VLAEnv's own per-task limit. ``metadata["render_fps"]`` is divided by
@@ -66,15 +68,19 @@ class ActionChunk(gym.Wrapper):
             raise TypeError(f"ActionChunk needs a vla_gym VLAEnv at the bottom of the stack (it skips renders "
                             f"with VLAEnv.skip_rendering()), got {type(env.unwrapped).__name__}")
         self.vla_env: VLAEnv = env.unwrapped
-        self.observation_layers = []  # ObservationWrappers between, innermost first: replayed on a fresh observation
+        # the observation transforms between, innermost first: replayed on a fresh observation
+        self.observation_layers = []
         for layer in wrappers_between(env):
             if isinstance(layer, gym.ObservationWrapper):
-                self.observation_layers.append(layer)
+                self.observation_layers.append(layer.observation)
+            elif callable(getattr(layer, "refresh_observation", None)):
+                self.observation_layers.append(layer.refresh_observation)
             elif getattr(layer, "_observation_space", None) is not None:
                 raise ValueError(
                     f"{type(layer).__name__} below ActionChunk changes the observation space without being a "
-                    "gymnasium ObservationWrapper, so ActionChunk could not refresh a skipped observation through "
-                    f"it: apply {type(layer).__name__} on top of ActionChunk instead"
+                    "gymnasium ObservationWrapper (nor offering refresh_observation(obs)), so ActionChunk could not "
+                    f"refresh a skipped observation through it: apply {type(layer).__name__} on top of ActionChunk "
+                    "instead"
                 )
         self.chunk_size = int(chunk_size)
         single = env.action_space
@@ -116,6 +122,6 @@ class ActionChunk(gym.Wrapper):
     def _fresh_observation(self):
         """Render now and pass the observation up through the ObservationWrappers below ActionChunk."""
         obs = self.vla_env.observe()
-        for layer in self.observation_layers:
-            obs = layer.observation(obs)
+        for transform in self.observation_layers:
+            obs = transform(obs)
         return obs

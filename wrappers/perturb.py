@@ -77,6 +77,11 @@ class Perturb(gym.Wrapper):
         obs = self.perturbation.observation(obs, self._params, self._rng, bool(info.get("observed", True)))
         return obs, reward, terminated, truncated, self._info(info)
 
+    def refresh_observation(self, obs):
+        """This episode's observation transform applied to a freshly rendered ``obs`` (how ActionChunk above
+        refreshes the observation when a chunk ends on a sub-step that skipped its render)."""
+        return self.perturbation.observation(obs, self._params, self._rng, True)
+
     def _info(self, info: dict) -> dict:
         info[KEY] = {**info.get(KEY, {}), self.kind: self._params}
         return info
