@@ -8,6 +8,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import pathlib
+import subprocess
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -154,3 +157,30 @@ def test_ood_cli_bad_list_exits_2(tmp_path, capsys):
     checkpoint = tiny_checkpoint(tmp_path / "ckpt.pt")
     assert eval_main(["--checkpoint", str(checkpoint), "--ood", "lightning"]) == 2
     assert "--ood: unknown perturbation 'lightning' (did you mean lighting?)" in capsys.readouterr().err
+
+
+def test_compare_script_puts_reports_side_by_side_on_common_rows(tmp_path):
+    """scripts/compare_ood.py: before/after RL on the rows both reports have (one was cut short)."""
+    script = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "compare_ood.py"
+
+    def compare(*args):
+        return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+
+    def report(directory, rates):
+        def evaluate(env_cfg, row_directory, header):
+            return {"overall": {"episodes": 10, "success_rate": rates[row_directory.name], "mean_length": 5.0}}
+        run_ood(evaluate, config_from_dict({}).env, parse_rows(",".join(k for k in rates if k != "ind")),
+                directory, "t", sees_images=True)
+        return directory
+
+    before = report(tmp_path / "sft", {"ind": 0.7, "lighting": 0.1, "paraphrase": 0.6, "action_noise": 0.4})
+    after = report(tmp_path / "grpo", {"ind": 0.8, "lighting": 0.2, "paraphrase": 0.8})  # no action_noise row
+    done = compare(str(before), str(after / "ood.json"), "--labels", "SFT", "SFT + GRPO", "--out", str(tmp_path / "cmp.md"))
+    assert done.returncode == 0, done.stderr
+    table = done.stdout
+    assert table == (tmp_path / "cmp.md").read_text()
+    assert "| SFT | 70.0 | 10.0 | 60.0 | n/a | 35.0 |" in table  # OOD avg over lighting and paraphrase only
+    assert "| SFT + GRPO | 80.0 | 20.0 | 80.0 | n/a | 50.0 |" in table
+    assert "| paraphrase | semantic | 1 | 60.0 | 80.0 | +20.0 |" in table and "action_noise" not in table
+    failed = compare(str(before), str(tmp_path / "missing"))
+    assert failed.returncode == 2 and "not found" in failed.stderr

@@ -190,6 +190,11 @@ def _category_means(rows: list[dict]) -> dict[str, float]:
     return means
 
 
+def _ood_average(categories: dict[str, float]) -> float:
+    """The OOD average: the mean of the category means."""
+    return sum(categories.values()) / len(categories) if categories else math.nan
+
+
 def ood_report(summaries: dict[Row, dict], title: str, skipped: Sequence[str] = ()) -> dict:
     """The table's numbers: IND, per-category means, OOD average and one entry per perturbation."""
     ind = summaries[Row()]["overall"]["success_rate"]
@@ -201,17 +206,18 @@ def ood_report(summaries: dict[Row, dict], title: str, skipped: Sequence[str] = 
     rows = [entry(row, summary) for row, summary in summaries.items() if row.kind]
     pro_rows = [entry(row, summary) for row, summary in summaries.items() if row.libero_pro]
     categories = _category_means(rows)
-    ood = sum(categories.values()) / len(categories) if categories else math.nan
     report = {"title": title, "ind": ind, "ind_episodes": summaries[Row()]["overall"]["episodes"],
-              "categories": categories, "ood_average": ood, "rows": rows, "skipped": list(skipped)}
+              "categories": categories, "ood_average": _ood_average(categories), "rows": rows,
+              "skipped": list(skipped)}
     if pro_rows:
         pro_categories = _category_means(pro_rows)
-        report["libero_pro"] = {"categories": pro_categories, "rows": pro_rows, "ood_average": (
-            sum(pro_categories.values()) / len(pro_categories) if pro_categories else math.nan)}
+        report["libero_pro"] = {"categories": pro_categories, "rows": pro_rows,
+                                "ood_average": _ood_average(pro_categories)}
     return report
 
 
-def _percent(rate: float | None) -> str:
+def percent(rate: float | None) -> str:
+    """A success rate as a percentage with one decimal ("n/a" when unknown)."""
     return "n/a" if rate is None or math.isnan(rate) else f"{100 * rate:.1f}"
 
 
@@ -222,7 +228,7 @@ def ood_markdown(report: dict) -> str:
     lines += _summary_table(report["ind"], report["categories"], report["ood_average"])
     lines += ["", "| perturbation | category | strength | episodes | success (%) | change vs IND (points) | mean length |",
               "|---|---|---:|---:|---:|---:|---:|",
-              f"| none (IND) | - | - | {report['ind_episodes']} | {_percent(report['ind'])} | - | - |"]
+              f"| none (IND) | - | - | {report['ind_episodes']} | {percent(report['ind'])} | - | - |"]
     lines += [_row_line(row, report["ind"]) for row in report["rows"]]
     if report["skipped"]:
         lines += ["", f"Not evaluated (the policy sees no images): {', '.join(report['skipped'])}."]
@@ -237,11 +243,29 @@ def ood_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def summary_header() -> str:
+    """The seeds' table's columns: ``IND | Vision | Semantic | Execution | OOD avg``."""
+    return " | ".join(["IND"] + [COLUMNS[c] for c in CATEGORIES] + ["OOD avg"])
+
+
+def summary_values(report: dict) -> list[str]:
+    """A report's (or its ``libero_pro`` part's, with ``ind`` added) values for :func:`summary_header`."""
+    values = [report["ind"]] + [report["categories"].get(c) for c in CATEGORIES] + [report["ood_average"]]
+    return [percent(v) for v in values]
+
+
+def ood_report_from_rows(report: dict, directories: Sequence[str]) -> dict:
+    """``report`` with only the perturbation rows in ``directories`` (in that order), its category means and
+    OOD average recomputed over them: comparable across reports that were cut short at different rows."""
+    by_directory = {row["directory"]: row for row in report["rows"]}
+    rows = [by_directory[d] for d in directories]
+    categories = _category_means(rows)
+    return {**report, "rows": rows, "categories": categories, "ood_average": _ood_average(categories)}
+
+
 def _summary_table(ind: float, categories: dict, ood: float) -> list[str]:
-    heads = ["IND"] + [COLUMNS[c] for c in CATEGORIES] + ["OOD avg"]
-    values = [ind] + [categories.get(c) for c in CATEGORIES] + [ood]
-    return ["| " + " | ".join(heads) + " |", "|" + "---:|" * len(heads),
-            "| " + " | ".join(_percent(v) for v in values) + " |"]
+    values = summary_values({"ind": ind, "categories": categories, "ood_average": ood})
+    return ["| " + summary_header() + " |", "|" + "---:|" * 5, "| " + " | ".join(values) + " |"]
 
 
 def _row_line(row: dict, ind: float) -> str:
@@ -249,4 +273,4 @@ def _row_line(row: dict, ind: float) -> str:
         f"{100 * (row['success_rate'] - ind):+.1f}"
     strength = "-" if row["strength"] is None else f"{row['strength']:g}"
     return (f"| {row['perturbation']} | {row['category']} | {strength} | {row['episodes']} | "
-            f"{_percent(row['success_rate'])} | {change} | {row['mean_length']:.1f} |")
+            f"{percent(row['success_rate'])} | {change} | {row['mean_length']:.1f} |")

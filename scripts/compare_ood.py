@@ -1,0 +1,84 @@
+"""Put OOD reports of several checkpoints side by side (e.g. before and after RL), as the seeds' tables do.
+
+    python scripts/compare_ood.py runs/x/ood_sft runs/x/ood_grpo --labels SFT "SFT + GRPO"
+    python scripts/compare_ood.py A/ood.json B/ood.json --out docs/ood_before_after.md
+
+Each argument is a report directory of ``trainers/eval.py --ood`` (or its ``ood.json``). Only the perturbation
+rows that every report has are compared, and the category means and the OOD average are recomputed over those
+rows, so each column averages the same perturbations (a report cut short by time still compares fairly). Prints
+Markdown (and writes it to ``--out``): the seeds' table, one line per checkpoint, then one line per perturbation
+with each checkpoint's success and the change from the first.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+from vla_gym.trainers.ood import ood_report_from_rows, percent, summary_header, summary_values
+
+
+def load_report(path: str) -> dict:
+    """An ``ood.json``, given the file or its report directory."""
+    file = pathlib.Path(path)
+    file = file / "ood.json" if file.is_dir() else file
+    if not file.is_file():
+        raise FileNotFoundError(f"{file} not found: pass the --out directory of trainers/eval.py --ood")
+    return json.loads(file.read_text())
+
+
+def compare_markdown(reports: dict[str, dict]) -> str:
+    """The side-by-side tables of ``reports`` (label -> ood.json content), on the rows they all have."""
+    common = set.intersection(*({row["directory"] for row in report["rows"]} for report in reports.values()))
+    first = next(iter(reports.values()))
+    order = [row["directory"] for row in first["rows"] if row["directory"] in common]
+    if not order:
+        raise ValueError("the reports have no perturbation row in common")
+    trimmed = {label: ood_report_from_rows(report, order) for label, report in reports.items()}
+    labels = list(trimmed)
+    episodes = sorted({report["ind_episodes"] for report in trimmed.values()})
+    lines = [f"Success rate (%) over the same {'/'.join(map(str, episodes))} episodes per row; category means and "
+             f"OOD average over the {len(order)} perturbations every report has.", "",
+             "| checkpoint | " + summary_header() + " |", "|---|" + "---:|" * 5]
+    lines += [f"| {label} | " + " | ".join(summary_values(report)) + " |" for label, report in trimmed.items()]
+    lines += ["", "| perturbation | category | strength | " + " | ".join(labels) + " | change (points) |",
+              "|---|---|---:|" + "---:|" * (len(labels) + 1)]
+    rows_by_label = {label: {row["directory"]: row for row in report["rows"]} for label, report in trimmed.items()}
+    for directory in ["ind"] + order:
+        if directory == "ind":
+            rates = [report["ind"] for report in trimmed.values()]
+            head = "none (IND) | - | -"
+        else:
+            row = rows_by_label[labels[0]][directory]
+            rates = [rows_by_label[label][directory]["success_rate"] for label in labels]
+            strength = "-" if row["strength"] is None else f"{row['strength']:g}"
+            head = f"{row['perturbation']} | {row['category']} | {strength}"
+        change = f"{100 * (rates[-1] - rates[0]):+.1f}"
+        lines.append(f"| {head} | " + " | ".join(percent(rate) for rate in rates) + f" | {change} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("reports", nargs="+", help="report directories (or ood.json files), first = baseline")
+    parser.add_argument("--labels", nargs="+", help="one per report (default: the directory names)")
+    parser.add_argument("--out", help="also write the Markdown here")
+    args = parser.parse_args(argv)
+    labels = args.labels or [pathlib.Path(path).name for path in args.reports]
+    if len(labels) != len(args.reports):
+        print(f"--labels: {len(labels)} labels for {len(args.reports)} reports; give one per report", file=sys.stderr)
+        return 2
+    try:
+        markdown = compare_markdown({label: load_report(path) for label, path in zip(labels, args.reports)})
+    except (FileNotFoundError, ValueError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(markdown, end="")
+    if args.out:
+        pathlib.Path(args.out).write_text(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
