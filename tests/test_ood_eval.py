@@ -106,6 +106,38 @@ def test_a_killed_report_resumes_at_its_row(tmp_path):
     assert played[7:] == ["lighting-0.9"]
 
 
+def resume_worker(out: pathlib.Path) -> None:
+    """Run as a torchrun worker (below): each rank writes into its own directory, as ranks on nodes that share
+    no filesystem do, and plays its rows through a collective, as eval.py's ranks do."""
+    from vla_gym.trainers.distributed import Distributed
+
+    dist = Distributed.from_env("cpu", timeout_s=60)  # a rank left waiting fails in a minute instead of hanging
+    played = []
+
+    def evaluate(env_cfg, directory, header):
+        played.append(directory.name)
+        dist.gather_objects(directory.name)
+        return {"overall": {"episodes": 2, "success_rate": 0.5, "mean_length": 3.0}} if dist.is_main else None
+
+    rows = parse_rows("lighting,paraphrase")
+    for attempt in range(2):  # the second run finds rank 0's rows finished, rank 1's directory empty
+        run_ood(evaluate, config_from_dict({}).env, rows, out / f"rank{dist.rank}", "t", sees_images=True,
+                settings={"checkpoint": "a.pt"}, dist=dist)
+    (out / f"played{dist.rank}.json").write_text(json.dumps(played))
+    dist.close()
+
+
+def test_ranks_resume_the_same_rows_under_torchrun(tmp_path):
+    """Rank 0 decides which rows are kept, for every rank: otherwise rank 1 would play a row alone and wait."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from test_torchrun import check, torchrun
+
+    check(torchrun(__file__, str(tmp_path), timeout=300))
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"played{rank}.json").read_text()) == ["ind", "lighting", "paraphrase"]
+    assert (tmp_path / "rank0" / "ood.json").is_file() and not (tmp_path / "rank1" / "ood.json").exists()
+
+
 def test_libero_pro_rows_have_their_own_table(tmp_path):
     """--libero-pro: a row per LIBERO-PRO suite (env kwarg perturbation=...), apart from the seeded rows."""
     configs = {}
@@ -184,3 +216,7 @@ def test_compare_script_puts_reports_side_by_side_on_common_rows(tmp_path):
     assert "| paraphrase | semantic | 1 | 60.0 | 80.0 | +20.0 |" in table and "action_noise" not in table
     failed = compare(str(before), str(tmp_path / "missing"))
     assert failed.returncode == 2 and "not found" in failed.stderr
+
+
+if __name__ == "__main__":  # the torchrun worker of test_ranks_resume_the_same_rows_under_torchrun
+    resume_worker(pathlib.Path(sys.argv[1]))

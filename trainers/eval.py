@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             sees_images = observes_images({**cfg.env.kwargs, **cfg.eval.env_kwargs})
             report = run_ood(evaluate, cfg.env, rows, out, f"{cfg.env.id}: {args.checkpoint}", sees_images,
-                             settings=report_settings(args, dist.world_size))
+                             settings=report_settings(args, dist.world_size), dist=dist)
             if report is not None:
                 print(ood_markdown(report), end="")
                 print(f"OOD report: {out / 'ood.md'}, {out / 'ood.json'}")

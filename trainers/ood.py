@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from vla_gym.perturbations import CATEGORIES, PERTURBATIONS, make_perturbation
+from vla_gym.trainers.distributed import Distributed
 from vla_gym.trainers.episode_runner import atomic_write_text
 
 #: column title of each category in the table
@@ -124,13 +125,16 @@ ROW_MARKER = "ood_row.json"
 
 
 def run_ood(evaluate: Evaluate, env_cfg, rows: Sequence[Row], out: pathlib.Path, title: str,
-            sees_images: bool, settings: dict | None = None) -> dict | None:
+            sees_images: bool, settings: dict | None = None, dist: Distributed | None = None) -> dict | None:
     """Evaluate in distribution and each row, then write ``ood.md`` / ``ood.json``; returns the report (rank 0).
 
     A row finished by an earlier run into the same ``out`` with the same ``settings`` (checkpoint, episodes,
     seed, ...: whatever decides its episodes) and the same env config is kept, not played again, so a killed
-    report resumes at the row it was in. ``settings=None`` plays every row.
+    report resumes at the row it was in. ``settings=None`` plays every row. Under torchrun (``dist``) the main
+    rank, which writes the reports, decides for every rank, so ranks on nodes that share no filesystem still play
+    the same rows together.
     """
+    main = dist is None or dist.is_main
     skipped = [row for row in rows if row.category == "vision" and not sees_images]
     rows = [row for row in rows if row not in skipped]
     summaries = {}
@@ -139,16 +143,19 @@ def run_ood(evaluate: Evaluate, env_cfg, rows: Sequence[Row], out: pathlib.Path,
             f"LIBERO-PRO {row.libero_pro}" if row.libero_pro else "in distribution"
         row_env = row.env_config(env_cfg)
         key = None if settings is None else _row_key(settings, row_env)
-        summary = _finished_row(out / row.name, key)
-        if summary is not None:
-            print(f"{row.name}: kept from an earlier run ({out / row.name / ROW_MARKER})")
-        else:
-            summary = evaluate(row_env, out / row.name, f"# {title}: {label}")
-            if summary is not None and key is not None:
-                (out / row.name).mkdir(parents=True, exist_ok=True)
-                atomic_write_text(out / row.name / ROW_MARKER, json.dumps({"settings": key, "summary": summary}, indent=2))
+        summary = _finished_row(out / row.name, key) if main else None
+        kept = summary is not None if dist is None else dist.broadcast_object(summary is not None)
+        if kept:  # the main rank's decision, on every rank
+            summaries[row] = summary
+            if main:
+                print(f"{row.name}: kept from an earlier run ({out / row.name / ROW_MARKER})")
+            continue
+        summary = evaluate(row_env, out / row.name, f"# {title}: {label}")
+        if main and key is not None:
+            (out / row.name).mkdir(parents=True, exist_ok=True)
+            atomic_write_text(out / row.name / ROW_MARKER, json.dumps({"settings": key, "summary": summary}, indent=2))
         summaries[row] = summary
-    if summaries[Row()] is None:  # not the main rank
+    if not main:
         return None
     report = ood_report(summaries, title, [row.kind for row in skipped])
     out.mkdir(parents=True, exist_ok=True)

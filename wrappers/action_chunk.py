@@ -120,7 +120,7 @@ class ActionChunk(gym.Wrapper):
         return obs, float(rewards.sum()), terminated, truncated, info
 
     def _fresh_observation(self):
-        """Render now and pass the observation up through the ObservationWrappers below ActionChunk."""
+        """Render now and pass the observation up through the observation transforms below ActionChunk."""
         obs = self.vla_env.observe()
         for transform in self.observation_layers:
             obs = transform(obs)

@@ -67,7 +67,7 @@ class Perturb(gym.Wrapper):
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
-        return self.perturbation.observation(obs, self._params, self._rng, True), self._info(info)
+        return self.refresh_observation(obs), self._info(info)
 
     def step(self, action):
         if self._params is None:
@@ -78,8 +78,8 @@ class Perturb(gym.Wrapper):
         return obs, reward, terminated, truncated, self._info(info)
 
     def refresh_observation(self, obs):
-        """This episode's observation transform applied to a freshly rendered ``obs`` (how ActionChunk above
-        refreshes the observation when a chunk ends on a sub-step that skipped its render)."""
+        """This episode's observation transform applied to a freshly rendered ``obs``: after a reset, and when
+        ActionChunk above renders the final observation of a chunk that ended on a skipped sub-step."""
         return self.perturbation.observation(obs, self._params, self._rng, True)
 
     def _info(self, info: dict) -> dict:
