@@ -123,7 +123,7 @@ def report_settings(args: argparse.Namespace, world_size: int) -> dict:
     return {"checkpoint": str(checkpoint), "checkpoint_size": stat.st_size, "checkpoint_mtime_ns": stat.st_mtime_ns,
             "episodes_per_task": args.episodes_per_task, "tasks": args.tasks,
             "first_init_state": args.first_init_state, "seed": args.seed, "stochastic": args.stochastic,
-            "processes": world_size, "video_episodes": args.video_episodes}
+            "processes": world_size}
 
 
 def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, video_episodes: int,
