@@ -79,3 +79,24 @@ def test_fresh_policy_features_do_not_depend_on_the_batch(tmp_path):
     reloaded.load_trained(tmp_path)
     with torch.no_grad():
         torch.testing.assert_close(reloaded.act(obs, deterministic=True)[0], batched)
+
+
+def test_frozen_copy_reuses_the_policys_features():
+    """GRPO's KL reference (frozen_copy) reads the policy's cached features instead of encoding each frame again;
+    it is frozen and stays where it was when the policy moves."""
+    torch.manual_seed(0)
+    policy = SmallVLAPolicy(*spaces_(), image_size=None, critic=False)
+    reference = policy.frozen_copy()
+    assert not reference.training and not any(p.requires_grad for p in reference.parameters())
+
+    def no_second_pass(*args, **kwargs):
+        raise AssertionError("the reference encoded a frame the policy had already encoded")
+
+    reference.vision.forward = no_second_pass
+    obs = {"images": {"main": torch.randint(0, 256, (4, 64, 64, 3), dtype=torch.uint8)}, "state": torch.randn(4, 8),
+           "instruction": ["push the cube"] * 4}
+    actions, log_probs, _ = policy.act(obs)
+    torch.testing.assert_close(reference.evaluate(obs, actions)[0], log_probs)
+    with torch.no_grad():
+        policy.action_head.mean.bias.add_(0.5)
+    assert not torch.allclose(reference.evaluate(obs, actions)[0], policy.evaluate(obs, actions)[0])

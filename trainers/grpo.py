@@ -16,7 +16,6 @@ frozen initial policy. Episodes run to their end in ``env.num_envs`` envs per ra
 """
 from __future__ import annotations
 
-import copy
 import inspect
 import math
 import sys
@@ -57,7 +56,7 @@ class GRPO(OnPolicyAlgorithm):
             warnings.warn("GRPO ignores the policy's critic; pass policy.kwargs.critic=false to drop it", stacklevel=2)
         self.reference = None
         if self.hp.kl_coef > 0:
-            self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
+            self.reference = self.policy.frozen_copy()
 
     def extra_state(self):
         return {"reference": self.reference.state_dict()} if self.reference is not None else {}

@@ -23,6 +23,7 @@ gradients of exactly the pass the losses use.
 """
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,10 @@ class Policy(nn.Module):
         super().__init__()
         self.observation_space = observation_space
         self.action_space = action_space
+
+    def frozen_copy(self) -> "Policy":
+        """A copy that no optimizer moves, in eval mode: GRPO's reference policy for its KL term."""
+        return copy.deepcopy(self).eval().requires_grad_(False)
 
     def act(self, obs: Obs, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Sample (or, deterministic, take the mode of) actions: (actions, log_probs [B], values [B] | None)."""

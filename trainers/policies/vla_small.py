@@ -263,6 +263,14 @@ class SmallVLAPolicy(TrainableStateMixin, DistributionPolicy):
         self.vision.eval()  # BatchNorm keeps its ImageNet statistics
         return self
 
+    def frozen_copy(self) -> "SmallVLAPolicy":
+        """The base copy, sharing this policy's feature cache while the encoder is frozen (both encoders are the
+        same frozen weights, so GRPO's reference does not encode each rollout frame a second time)."""
+        reference = super().frozen_copy()
+        if self.feature_cache.size:
+            reference.feature_cache = self.feature_cache
+        return reference
+
     def feature_map(self, role: str, images: torch.Tensor) -> torch.Tensor:
         """EfficientNet's last feature map for one camera (served from the cache when the encoder is frozen)."""
         encode = lambda x: self.vision(EfficientNetLite0.preprocess(x, self.image_size), self.first_trained)
