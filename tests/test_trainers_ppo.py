@@ -219,3 +219,19 @@ def test_a_model_built_on_an_env_instance_does_not_evaluate_the_default_env(tmp_
     model.learn(32)
     assert model.cfg.eval.episodes == 0 and model.last_eval is None
     model.close()
+
+
+def test_an_update_stopped_by_target_kl_logs_its_steps_and_the_kl_that_stopped_it():
+    # a large step overshoots a tiny target_kl: the update stops after one optimizer step, and the logged approx_kl
+    # is the one that stopped it (before, only the first minibatch's ratio of 1 was averaged: approx_kl read 0)
+    model = PPO("mlp", "CartPole-v1", num_envs=2, n_steps=32, batch_size=16, n_epochs=4, learning_rate=0.05,
+                target_kl=1e-6, seed=0)
+    model.learn(64)
+    metrics = model.last_metrics
+    assert metrics["train/optimizer_steps"] == 1 and metrics["train/epochs"] == 1
+    assert metrics["train/actor/approx_kl"] > 1.5e-6 / 2  # mean of the first minibatch's 0 and the stopping KL
+    unstopped = PPO("mlp", "CartPole-v1", num_envs=2, n_steps=32, batch_size=16, n_epochs=4, seed=0)
+    unstopped.learn(64)
+    assert unstopped.last_metrics["train/optimizer_steps"] == 16  # 4 epochs x 64 / 16 minibatches
+    model.close()
+    unstopped.close()

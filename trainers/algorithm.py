@@ -43,6 +43,8 @@ TRAIN_KEYS = (
     "train/actor/approx_kl", "train/actor/clip_fraction", "train/actor/clipped_ratio", "train/actor/grad_norm",
     "train/actor/policy_loss", "train/entropy_loss", "train/loss",
 )
+#: the probability-ratio statistics, computed before a minibatch's step
+_RATIO_KEYS = ("train/actor/approx_kl", "train/actor/clip_fraction", "train/actor/clipped_ratio")
 
 
 def schedule(kind: str, progress: float) -> float:
@@ -231,7 +233,7 @@ class OnPolicyAlgorithm(SB3Interface):
         keys = TRAIN_KEYS + self.extra_train_keys
         sums, counts = dict.fromkeys(keys, 0.0), dict.fromkeys(keys, 0.0)
         max_norm = hp.max_grad_norm if hp.max_grad_norm is not None else math.inf
-        epochs_done = 0
+        epochs_done = optimizer_steps = 0
         for _ in range(hp.n_epochs):
             stop = False
             for batch in buffer.minibatches(num_minibatches, self.generator):
@@ -242,11 +244,16 @@ class OnPolicyAlgorithm(SB3Interface):
                     kl = self.dist.weighted_mean({"kl": kl * weight}, {"kl": weight}).get("kl", 0.0)
                     if kl > 1.5 * hp.target_kl:
                         stop = True
+                        if weight:  # the KL that stopped the update is logged too (as SB3 does), not hidden
+                            for key in _RATIO_KEYS:
+                                sums[key] += stats[key]
+                                counts[key] += 1
                         break
                 self.optimizer.zero_grad(set_to_none=True)
                 (loss if weight == 1.0 else loss * weight).backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(self._params, max_norm, foreach=True)
                 self.optimizer.step()
+                optimizer_steps += 1
                 if weight:
                     stats["train/actor/grad_norm"] = grad_norm.item()
                     stats["train/loss"] = loss.item()
@@ -260,6 +267,7 @@ class OnPolicyAlgorithm(SB3Interface):
         metrics.update(self.dist.mean(self.post_update_metrics(buffer)))
         metrics["train/actor/lr"] = lr
         metrics["train/epochs"] = epochs_done
+        metrics["train/optimizer_steps"] = optimizer_steps  # few with a tight target_kl: the update stopped early
         return metrics
 
     def _update_statistics(self, buffer: RolloutBuffer) -> None:
