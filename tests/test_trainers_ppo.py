@@ -235,3 +235,22 @@ def test_an_update_stopped_by_target_kl_logs_its_steps_and_the_kl_that_stopped_i
     assert unstopped.last_metrics["train/optimizer_steps"] == 16  # 4 epochs x 64 / 16 minibatches
     model.close()
     unstopped.close()
+
+
+def test_grpo_update_with_only_uniform_groups_leaves_the_weights_alone():
+    # one-step CartPole: every rollout returns 1, so every group is uniform and skipped; Adam must not step on the
+    # zero gradients (its momentum from earlier updates would still move the weights)
+    import gymnasium as gym
+
+    envs = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync", max_episode_steps=1)
+    grpo = GRPO("mlp", envs, group_size=2, groups_per_update=2, score="return", filter_uniform_groups=True, n_epochs=3,
+                policy_kwargs={"hidden_sizes": [8], "critic": False})
+    for parameter in grpo.policy.parameters():  # fake momentum, as earlier updates with samples would leave it
+        grpo.optimizer.state[parameter] = {"step": torch.tensor(5.0), "exp_avg": torch.ones_like(parameter),
+                                           "exp_avg_sq": torch.ones_like(parameter)}
+    before = {k: v.clone() for k, v in grpo.policy.state_dict().items()}
+    grpo.learn(2)
+    metrics = grpo.last_metrics
+    assert metrics["rollout/uniform_groups"] == 1 and metrics["train/optimizer_steps"] == 0
+    assert all(torch.equal(before[k], v) for k, v in grpo.policy.state_dict().items())
+    grpo.close()

@@ -234,7 +234,9 @@ class OnPolicyAlgorithm(SB3Interface):
         sums, counts = dict.fromkeys(keys, 0.0), dict.fromkeys(keys, 0.0)
         max_norm = hp.max_grad_norm if hp.max_grad_norm is not None else math.inf
         epochs_done = optimizer_steps = 0
-        for _ in range(hp.n_epochs):
+        # no rank has a sample (GRPO skipped every group as uniform): no step at all, since Adam's momentum would
+        # still move the weights on zero gradients
+        for _ in range(hp.n_epochs if num_minibatches > 0 else 0):
             stop = False
             for batch in buffer.minibatches(num_minibatches, self.generator):
                 loss, stats = self.loss(batch)

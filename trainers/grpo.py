@@ -131,7 +131,7 @@ class GRPO(OnPolicyAlgorithm):
         metrics["rollout/advantages_min"] = self.dist.min(valid_adv.min().item() if valid_adv.numel() else 1e30)
         totals = self.dist.sum_tensor(torch.tensor([lengths, int(buffer.valid.sum())], dtype=torch.float64)).tolist()
         self.num_timesteps += int(totals[0])
-        num_minibatches = max(1, math.ceil(totals[1] / hp.batch_size))
+        num_minibatches = math.ceil(totals[1] / hp.batch_size)  # 0 when every group of every rank was uniform
         return buffer, num_minibatches, metrics
 
     # ----------------------------------------------------------------------------------------- loss
