@@ -17,6 +17,8 @@ with a generic top-level name lands in site-packages.
 Install torch first as ``pip install torch==2.13.0`` on CPU-only machines: an unpinned torch may pull
 several GB of CUDA wheels. ``scripts/setup.sh`` does all of this, system packages included.
 """
+from pathlib import Path
+
 from setuptools import setup
 
 EXTRAS = {
@@ -43,6 +45,23 @@ EXTRAS["test"] = sorted(
 )
 EXTRAS["all"] = EXTRAS["test"]
 
+
+def _packages() -> tuple[list[str], dict[str, str]]:
+    """Every folder with an ``__init__.py`` under the import root and the three mapped folders."""
+    roots = {"vla_gym": "vla_gym", "vla_gym.wrappers": "wrappers", "vla_gym.trainers": "trainers",
+             "vla_gym.assets": "assets"}
+    packages, package_dir = [], {}
+    for name, folder in roots.items():
+        for init in sorted(Path(folder).rglob("__init__.py")):
+            sub = init.parent.relative_to(folder).parts
+            packages.append(".".join((name, *sub)))
+        if name != folder:
+            package_dir[name] = folder
+    return packages, package_dir
+
+
+PACKAGES, PACKAGE_DIR = _packages()
+
 setup(
     name="vla-gym",
     version="0.1.0",
@@ -50,16 +69,8 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=[
-        "vla_gym", "vla_gym.backends", "vla_gym.tasks",
-        "vla_gym.wrappers", "vla_gym.trainers", "vla_gym.trainers.policies", "vla_gym.assets",
-    ],
-    package_dir={
-        "vla_gym.wrappers": "wrappers",
-        "vla_gym.trainers": "trainers",
-        "vla_gym.trainers.policies": "trainers/policies",
-        "vla_gym.assets": "assets",
-    },
+    packages=PACKAGES,
+    package_dir=PACKAGE_DIR,
     package_data={"vla_gym.assets": ["*.yaml", "*.json"]},
     install_requires=["gymnasium>=1.0", "numpy>=1.24", "pyyaml>=6", "pillow>=10.1"],
     extras_require=EXTRAS,

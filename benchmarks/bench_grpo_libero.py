@@ -101,7 +101,7 @@ def rebuild_share(args) -> dict:
 def raw_worker(args: tuple) -> tuple[float, int]:
     """One process of raw LIBERO: ``steps`` env steps in chunks of 8, one render of each camera per chunk."""
     suite_name, task_index, cameras, size, episode_steps, steps, barrier, seed = args
-    from vla_gym.backends.libero import CAMERAS, NO_OP_OPEN, import_libero
+    from vla_gym.backends.libero.env import CAMERAS, NO_OP_OPEN, import_libero
 
     benchmark, env_class = import_libero()
     suite = benchmark.get_benchmark_dict()[suite_name]()

@@ -29,7 +29,7 @@ def make_pair(mode: str, size: int):
     import gymnasium as gym
 
     import vla_gym  # noqa: F401  (registers the ids)
-    from vla_gym.backends.maniskill import default_render_backend, import_maniskill
+    from vla_gym.backends.maniskill.env import default_render_backend, import_maniskill
 
     import_maniskill()  # registers ManiSkill's own ids with gymnasium
     raw_kwargs = {"obs_mode": "state", "robot_uids": ROBOT, "control_mode": CONTROL,
@@ -76,8 +76,8 @@ def bench_gpu(mode: str, size: int, num_envs: int, steps: int, seed: int) -> Non
     import torch
     from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv
 
-    from vla_gym.backends.maniskill import import_maniskill
-    from vla_gym.backends.maniskill_gpu import make_gpu_vector_env
+    from vla_gym.backends.maniskill.env import import_maniskill
+    from vla_gym.backends.maniskill.gpu import make_gpu_vector_env
 
     import_maniskill()  # registers ManiSkill's own ids with gymnasium
     raw_kwargs = {"obs_mode": "state", "robot_uids": ROBOT, "control_mode": CONTROL, "sim_backend": "gpu"}

@@ -67,8 +67,8 @@ def build_policy(args, envs, policy_image_size: int):
 
 def component_times(envs, policy, steps: int) -> dict[str, float]:
     """Seconds per vector step of the envs alone, and per policy call on N and on N/2 observations."""
-    from vla_gym.trainers.batch import to_torch
-    from vla_gym.trainers.pipeline import split
+    from vla_gym.trainers.rollout.batch import to_torch
+    from vla_gym.trainers.rollout.pipeline import split
 
     obs, _ = envs.reset(seed=list(range(envs.num_envs)))
     envs.action_space.seed(0)
@@ -91,8 +91,8 @@ def component_times(envs, policy, steps: int) -> dict[str, float]:
 
 def rollout_speed(envs, policy, stages: int, steps: int, chunk: int) -> float:
     """Env steps (chunk sub-steps counted) per second of one PPO rollout of ``steps`` vector steps."""
-    from vla_gym.trainers.buffer import RolloutBuffer
-    from vla_gym.trainers.rollout import RolloutCollector
+    from vla_gym.trainers.rollout.buffer import RolloutBuffer
+    from vla_gym.trainers.rollout.collector import RolloutCollector
 
     buffer = RolloutBuffer(steps, envs.num_envs)
     collector = RolloutCollector(envs, policy, buffer, gamma=0.99, gae_lambda=0.95, pipeline_stages=stages)

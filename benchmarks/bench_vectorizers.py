@@ -8,7 +8,7 @@ Configs (one camera so that a 2-core machine finishes; the same for every vector
 - ``libero``: ``VLA/LiberoSpatial-v0`` task 0, main camera 128x128;
 - ``maniskill``: ``VLA/ManiSkill-PushCube-v0``, images mode, main camera 128x128 (``--quick``: state only).
 
-Vectorizers (built by :func:`vla_gym.interop.make_vectorized`): ``vla_gym-async`` (``vla_gym.make_vec``:
+Vectorizers (built by :func:`interop_drivers.make_vectorized`): ``vla_gym-async`` (``vla_gym.make_vec``:
 spawn, SAME_STEP autoreset), ``gymnasium-async-spawn`` (``gym.make_vec(..., vectorization_mode="async",
 vector_kwargs=dict(context="spawn"))``, shared memory) and ``sb3-subproc-forkserver`` (``SubprocVecEnv``
 with its default start method, :class:`~vla_gym.wrappers.SB3Compat` observations). With ``chunk 4`` every
@@ -41,8 +41,8 @@ import os
 import statistics
 import time
 
-from vla_gym.interop import VECTORIZERS as KNOWN_VECTORIZERS
-from vla_gym.interop import make_vectorized
+from interop_drivers import VECTORIZERS as KNOWN_VECTORIZERS
+from interop_drivers import make_vectorized
 
 CONFIGS = {
     "libero": ("VLA/LiberoSpatial-v0", {"task_id": 0, "cameras": ("main",), "image_size": 128}),

@@ -6,7 +6,7 @@
     python benchmarks/bench_vla_gpu.py --size tiny --env synthetic --num-envs 1 --n-steps 2 --updates 1   # short form (CPU)
 
 The weights are random (from a config with the layer shapes of PaliGemma-3B / SmolVLM-2.2B / PI0:
-:func:`vla_gym.trainers.policies.vla_models.build_vlm` with ``size="full"``, saved in bf16 and loaded back
+:func:`random_vlms.build_vlm` with ``size="full"``, saved in bf16 and loaded back
 through the policies' ``from_pretrained`` path), so the numbers measure compute and memory, not skill.
 One PPO run through vla_gym's trainer: ``--updates`` rollouts of ``--n-steps`` vector steps in
 ``--num-envs`` ManiSkill envs (224 px main camera, an action chunk of ``--chunk`` steps), each followed by
@@ -101,9 +101,9 @@ def main(argv=None) -> int:
 
     import torch
     from vla_gym.trainers import PPO
-    from vla_gym.trainers.config import config_from_dict
+    from vla_gym.trainers.runtime.config import config_from_dict
     from vla_gym.trainers.policies import make_policy
-    from vla_gym.trainers.policies.vla_models import build_vlm
+    from random_vlms import build_vlm
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu" and args.size == "full":

@@ -16,7 +16,7 @@ import json
 import pathlib
 import sys
 
-from vla_gym.trainers.ood import ood_report_from_rows, percent, summary_header, summary_values
+from vla_gym.trainers.evaluation.ood import ood_report_from_rows, percent, summary_header, summary_values
 
 
 def load_report(path: str) -> dict:

@@ -35,7 +35,7 @@ def run_batch(batch: tuple[str, int, list[int]]) -> list[dict]:
     import gymnasium as gym
 
     import vla_gym  # noqa: F401  (registers the ids)
-    from vla_gym.libero_experts import libero_expert
+    from vla_gym.data.experts.libero import libero_expert
 
     suite, task_id, init_ids = batch
     if suite not in _ENVS:
@@ -87,7 +87,7 @@ def table(rows: list[dict]) -> tuple[str, dict]:
 
 
 def plan(args) -> list[tuple[str, int, list[int]]]:
-    from vla_gym.libero_experts import SUPPORTED
+    from vla_gym.data.experts.libero import SUPPORTED
     from vla_gym.tasks.libero import suite_tasks
 
     per_task = []

@@ -13,9 +13,9 @@ extras="${1:-all}"
 python="${PYTHON:-python3}"
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 
-if ! "$python" vla_gym/system.py --check; then
+if ! "$python" vla_gym/runtime/system.py --check; then
   if [ "$(id -u)" = 0 ]; then
-    "$python" vla_gym/system.py --install
+    "$python" vla_gym/runtime/system.py --install
   else
     echo "setup.sh: run the commands above as root (or re-run this script with sudo), then again." >&2
     exit 1

@@ -21,7 +21,7 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-#: policy.name of each VLA family -> (vla_models.build_vlm family, the build's keyword arguments)
+#: policy.name of each VLA family -> (random_vlms.build_vlm family, the build's keyword arguments)
 TINY_VLM = {
     "vla_gym.trainers.policies.vla_tokens:ActionTokenVLAPolicy": ("paligemma", {}),
     "vla_gym.trainers.policies.vla_continuous:ContinuousVLAPolicy": ("smolvlm", {}),
@@ -35,7 +35,7 @@ SHORT_IMAGE_SIZE = 64
 
 def tiny_vlms(base: pathlib.Path) -> dict[str, str]:
     """policy.name -> a tiny random-weight checkpoint dir (built once per test session under ``base``)."""
-    from vla_gym.trainers.policies.vla_models import build_vlm
+    from random_vlms import build_vlm
 
     paths = {}
     for policy, (family, kwargs) in TINY_VLM.items():

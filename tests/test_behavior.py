@@ -4,10 +4,10 @@ Isaac Sim (and so OmniGibson) needs an NVIDIA RTX GPU and cannot be installed on
 suite runs on. So:
 
 - the pure parts run for real: the task table (against bddl 3.x when importable), the ids, the
-  keyword path for all 1,016 activities, the spaces, and ``vla_gym.backends.r1pro`` (the 23-D / 14-D
+  keyword path for all 1,016 activities, the spaces, and ``vla_gym.backends.behavior.r1pro`` (the 23-D / 14-D
   action mappings, the conversion of OmniGibson observation dicts built with OmniGibson's key names,
   dtypes and shapes, the OmniGibson config, the scene lookup) and the errors;
-- the OmniGibson calls of ``vla_gym.backends.behavior`` run against ``tests/fake_omnigibson.py``, a
+- the OmniGibson calls of ``vla_gym.backends.behavior.env`` run against ``tests/fake_omnigibson.py``, a
   FAKE ``omnigibson`` module that records every call and checks it against OmniGibson's API as read
   in its source (it simulates nothing). It is put in ``sys.modules`` for one test at a time;
 - ``test_real_omnigibson_episode`` runs only where OmniGibson is installed (marker ``gpu``).
@@ -29,10 +29,10 @@ import yaml
 
 import vla_gym
 from fake_omnigibson import FakeOmniGibson
-from vla_gym import schema
-from vla_gym.backends import behavior as B
-from vla_gym.backends import r1pro as R
-from vla_gym.errors import MissingSimulatorError
+from vla_gym.core import schema
+from vla_gym.backends.behavior import env as B
+from vla_gym.backends.behavior import r1pro as R
+from vla_gym.core.errors import MissingSimulatorError
 from vla_gym.tasks import behavior as T
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -123,7 +123,7 @@ def test_ids_registered():
     for env_id, entry in entries.items():
         assert env_id in gym.registry
         assert entry.requires == "omnigibson" and entry.extra == "behavior"
-        assert entry.entry_point == "vla_gym.backends.behavior:BehaviorEnv"
+        assert entry.entry_point == "vla_gym.backends.behavior.env:BehaviorEnv"
         assert entry.available() == HAS_OMNIGIBSON
     assert entries["VLA/Behavior-can_meat-v0"].kwargs == {"activity": "can_meat"}
     assert entries["VLA/Behavior50-v0"].kwargs == {"activity": "challenge"}
@@ -242,7 +242,7 @@ def test_observation_images_exact_size_flat_keys_and_numpy():
 
 def test_roles_give_the_behavior_video_layout():
     """Head 448x448 on the right, left wrist above right wrist (224x224) on the left: 448x672 frames."""
-    video = pytest.importorskip("vla_gym.video")
+    video = pytest.importorskip("vla_gym.core.video")
     images = R.observation_images(_omnigibson_obs(), ("main", "left_wrist", "right_wrist"), (224, 224))
     frame = video.compose_frame(images)
     assert frame.shape == (448, 672, 3)
@@ -588,7 +588,7 @@ def test_argument_errors_come_before_the_simulator_check():
 
 
 def test_imports_stay_light():
-    code = ("import sys, vla_gym, vla_gym.tasks.behavior, vla_gym.backends.behavior, vla_gym.backends.r1pro;"
+    code = ("import sys, vla_gym, vla_gym.tasks.behavior, vla_gym.backends.behavior.env, vla_gym.backends.behavior.r1pro;"
             "print(sorted(m for m in ('omnigibson', 'torch', 'bddl', 'isaacsim') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -20,7 +20,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 import pyarrow.parquet as pq  # noqa: E402
 
-from vla_gym.dataset import DemoDataset, RecordedEpisode, encode_png, episode_table, write_dataset  # noqa: E402
+from vla_gym.data.lerobot.dataset import DemoDataset, RecordedEpisode, encode_png, episode_table, write_dataset  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -169,7 +169,7 @@ def test_reader_errors_name_the_fix(tmp_path):
 
 
 def test_jobs_cover_tasks_init_states_and_seeds():
-    from vla_gym.record_demos import env_tasks, plan_jobs
+    from vla_gym.data.record import env_tasks, plan_jobs
 
     jobs = plan_jobs(env_tasks("VLA/LiberoObject-v0"), 2, task_ids=[0, 3], first_init_state=10)
     assert [(j.index, j.task_id, j.init_state_id, j.seed) for j in jobs] == [
@@ -229,7 +229,7 @@ def test_maniskill_demos_cli_parallel_and_resumed_after_a_kill(tmp_path):
 
 def test_libero_demos_record_every_camera(tmp_path):
     pytest.importorskip("libero")
-    from vla_gym.record_demos import record_demos
+    from vla_gym.data.record import record_demos
 
     summary = record_demos("VLA/LiberoObject-v0", tmp_path, episodes_per_task=1, task_ids=[0], first_init_state=3,
                            progress=False, image_size=32)

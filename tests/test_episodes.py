@@ -1,4 +1,4 @@
-"""The episode contract (vla_gym.episodes): the same episodes out of every layout a step can come in.
+"""The episode contract (vla_gym.core.episodes): the same episodes out of every layout a step can come in.
 
 Simulator-free: gymnasium's own Sync vector env over a small scripted env whose episodes are known in advance
 (length, return, success step, task, action-chunk sub-steps). The wrappers and trainers that use the module
@@ -13,7 +13,7 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from vla_gym.episodes import Episode, EpisodeCounter, episode_sums, finished_episodes, masked, summarize
+from vla_gym.core.episodes import Episode, EpisodeCounter, episode_sums, finished_episodes, masked, summarize
 from vla_gym.wrappers import EpisodeMetrics
 
 CHUNK = 2  # env steps per step, reported as info["chunk_steps"] like ActionChunk does
@@ -147,5 +147,5 @@ def test_episode_record_round_trips_through_its_metrics():
 
 
 def test_importing_the_module_imports_no_torch():
-    code = "import sys, vla_gym.episodes; print('torch' in sys.modules)"
+    code = "import sys, vla_gym.core.episodes; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

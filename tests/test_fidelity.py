@@ -175,7 +175,7 @@ def test_maniskill_action_chunks_and_skipped_renders_keep_the_episode(maniskill_
 @needs_maniskill
 def test_vector_envs_give_sub_env_i_seed_s_plus_i(maniskill_pairs):
     """make_vec's sub-env i and the batched env (ManiSkill's CPU simulation here) start ManiSkill's episode s + i."""
-    from vla_gym.backends.maniskill_gpu import make_gpu_vector_env
+    from vla_gym.backends.maniskill.gpu import make_gpu_vector_env
 
     raw, _ = maniskill_pairs["PickCube"]
     expected = {s: raw.reset(seed=s)[0][0].numpy() for s in (10, 11, 12, 20)}
@@ -237,8 +237,8 @@ def test_multi_task_draw_is_seeded_and_the_episode_is_maniskills():
 @needs_maniskill
 def test_batched_env_equals_the_cpu_env_across_autoresets():
     """The batched env (ManiSkill's CPU simulation, num_envs=1) and make_vec's env give the same episodes,
-    autoresets included: one seed rule, one episode draw (vla_gym.env.draw_episode), SAME_STEP final_obs."""
-    from vla_gym.backends.maniskill_gpu import make_gpu_vector_env
+    autoresets included: one seed rule, one episode draw (vla_gym.core.env.draw_episode), SAME_STEP final_obs."""
+    from vla_gym.backends.maniskill.gpu import make_gpu_vector_env
 
     kwargs = {"obs_mode": "state", "max_episode_steps": 4, "paraphrase_instructions": True}
     cpu = vla_gym.make_vec(env_id("PushCube"), 1, vectorization="sync", **kwargs)
@@ -328,7 +328,7 @@ def replay_expert(out: str, suite_name_index_init: tuple[str, int, int]) -> dict
 
 def run_expert(out: str, env_id: str, suite_name_index_init: tuple[str, int, int]) -> dict:
     """vla_gym's scripted expert solves one episode (physics only); its actions go to the other process."""
-    from vla_gym.libero_experts import libero_expert
+    from vla_gym.data.experts.libero import libero_expert
 
     _, index, init = suite_name_index_init
     env = gym.make(env_id, task_id=index, cameras=("main",), image_size=LIBERO_SIZE)

@@ -64,8 +64,8 @@ TOLERANCE = {"rtol": 0, "atol": 1e-6}
 # ------------------------------------------------------------------------------------------- worker
 def worker(out: pathlib.Path) -> None:
     from torch.distributed.fsdp import FSDPModule
-    from vla_gym.trainers.config import config_from_dict
-    from vla_gym.trainers.distributed import Distributed
+    from vla_gym.trainers.runtime.config import config_from_dict
+    from vla_gym.trainers.runtime.distributed import Distributed
     from vla_gym.trainers.grpo import GRPO
     from vla_gym.trainers.ppo import PPO
 
@@ -164,8 +164,8 @@ def test_fsdp_checkpoint_resumes_identically_under_either_strategy(runs):
 
 
 def test_unknown_strategy_is_a_config_error():
-    from vla_gym.trainers.config import ConfigError, config_from_dict
-    from vla_gym.trainers.distributed import Distributed
+    from vla_gym.trainers.runtime.config import ConfigError, config_from_dict
+    from vla_gym.trainers.runtime.distributed import Distributed
 
     with pytest.raises(ConfigError, match=r"distributed\.strategy: 'zero' is not one of 'ddp', 'fsdp'"):
         config_from_dict({}, ["distributed.strategy=zero"])

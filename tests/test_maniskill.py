@@ -13,12 +13,12 @@ import pytest
 import yaml
 
 import vla_gym
-from vla_gym import schema
+from vla_gym.core import schema
 from vla_gym.tasks.maniskill import MULTI_TASK_ID, TABLETOP, TASKS, env_id, task_specs
 
 pytest.importorskip("mani_skill", reason='ManiSkill3 is not installed: pip install -e ".[maniskill]"')
 
-from vla_gym.backends import maniskill
+from vla_gym.backends.maniskill import env as maniskill
 
 SIZE = 64  # small images keep the suite fast; 224 is the default and is covered by test_default_size
 PICK = env_id("PickCube")
@@ -294,7 +294,7 @@ def test_missing_assets_say_how_to_download(monkeypatch):
 
 
 def test_unknown_tasks_and_bad_arguments():
-    with pytest.raises(vla_gym.registry.UnknownEnvError, match="Did you mean: VLA/ManiSkill-PickCube-v0"):
+    with pytest.raises(vla_gym.core.registry.UnknownEnvError, match="Did you mean: VLA/ManiSkill-PickCube-v0"):
         vla_gym.make("VLA/ManiSkill-PickCub-v0")
     with pytest.raises(ValueError, match=r"unknown ManiSkill tasks \['Nope'\]"):
         maniskill.ManiSkillEnv(tasks=("Nope",))
@@ -322,7 +322,7 @@ def test_default_size_and_close_twice():
 # ----------------------------------------------------------------------------------- missing pieces
 def test_no_vulkan_device_names_the_fix():
     code = ("import gymnasium as gym, vla_gym\n"
-            "from vla_gym.errors import RenderingUnavailableError\n"
+            "from vla_gym.core.errors import RenderingUnavailableError\n"
             "try:\n    gym.make('VLA/ManiSkill-PickCube-v0')\n"
             "except RenderingUnavailableError as e:\n    print('RenderingUnavailableError:', e)\n")
     out = run_python(code, env={**os.environ, "VK_ICD_FILENAMES": "/nonexistent/icd.json"})
@@ -344,7 +344,7 @@ def test_batched_env_schema_and_same_step_autoreset():
     """The GPU vector env's code, run on ManiSkill's CPU simulation (num_envs=1) so that it runs here."""
     import torch
 
-    from vla_gym.backends.maniskill_gpu import make_gpu_vector_env
+    from vla_gym.backends.maniskill.gpu import make_gpu_vector_env
 
     envs = make_gpu_vector_env(PICK, 1, device="cpu", image_size=32, max_episode_steps=2)
     obs, info = envs.reset(seed=0)
@@ -370,8 +370,8 @@ def test_batched_env_schema_and_same_step_autoreset():
 
 
 def test_batched_state_matches_the_cpu_formula():
-    from vla_gym.backends.maniskill_gpu import make_gpu_vector_env
-    from vla_gym.geometry import quat_to_axis_angle
+    from vla_gym.backends.maniskill.gpu import make_gpu_vector_env
+    from vla_gym.core.geometry import quat_to_axis_angle
 
     envs = make_gpu_vector_env(PICK, 1, device="cpu", obs_mode="state")
     assert "images" not in envs.reset(seed=0)[0] and envs.observation_space["state"].shape == (1, 42)
@@ -423,7 +423,7 @@ def test_yaml_matches_catalog():
 # ----------------------------------------------------------------------------------- one contract, three vector envs
 def contract_envs(kind: str, **kwargs):
     """PushCube (state) behind make_vec's Sync / Async env (2 sub-envs) or the batched env (CPU simulation, 1)."""
-    from vla_gym.backends.maniskill_gpu import make_gpu_vector_env
+    from vla_gym.backends.maniskill.gpu import make_gpu_vector_env
 
     if kind == "batched":
         return make_gpu_vector_env(env_id("PushCube"), 1, device="cpu", **kwargs)
@@ -433,10 +433,10 @@ def contract_envs(kind: str, **kwargs):
 def test_rollout_and_episode_runner_take_every_vector_env():
     """RolloutCollector and EpisodeRunner over gymnasium's Sync and Async envs and the batched env: the same
     episodes for the same seeds, truncations bootstrapped from final_obs, partial resets with options."""
-    from vla_gym.trainers.buffer import RolloutBuffer
-    from vla_gym.trainers.episode_runner import EpisodeRunner, EpisodeSpec
+    from vla_gym.trainers.rollout.buffer import RolloutBuffer
+    from vla_gym.trainers.rollout.episode_runner import EpisodeRunner, EpisodeSpec
     from vla_gym.trainers.policies import make_policy
-    from vla_gym.trainers.rollout import RolloutCollector
+    from vla_gym.trainers.rollout.collector import RolloutCollector
 
     torch = pytest.importorskip("torch")
     specs = [EpisodeSpec(seed=s, task_id=0) for s in (3, 4, 5)]
@@ -468,7 +468,7 @@ def test_rollout_and_episode_runner_take_every_vector_env():
 
 def test_ppo_trains_through_the_batched_env(tmp_path):
     from vla_gym.trainers import PPO
-    from vla_gym.trainers.config import Config
+    from vla_gym.trainers.runtime.config import Config
 
     envs = contract_envs("batched", obs_mode="state", max_episode_steps=6)
     config = Config()

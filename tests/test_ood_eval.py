@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import torch
 
-from vla_gym import schema
-from vla_gym.trainers.config import config_from_dict
+from vla_gym.core import schema
+from vla_gym.trainers.runtime.config import config_from_dict
 from vla_gym.trainers.eval import main as eval_main
-from vla_gym.trainers.ood import Row, libero_pro_rows, observes_images, ood_markdown, ood_report, parse_rows, run_ood
+from vla_gym.trainers.evaluation.ood import Row, libero_pro_rows, observes_images, ood_markdown, ood_report, parse_rows, run_ood
 from vla_gym.trainers.policies import make_policy
 
 POLICY_KWARGS = {"image_features": 16, "hidden_sizes": [16], "text_dim": 8}
@@ -109,7 +109,7 @@ def test_a_killed_report_resumes_at_its_row(tmp_path):
 def resume_worker(out: pathlib.Path) -> None:
     """Run as a torchrun worker (below): each rank writes into its own directory, as ranks on nodes that share
     no filesystem do, and plays its rows through a collective, as eval.py's ranks do."""
-    from vla_gym.trainers.distributed import Distributed
+    from vla_gym.trainers.runtime.distributed import Distributed
 
     dist = Distributed.from_env("cpu", timeout_s=60)  # a rank left waiting fails in a minute instead of hanging
     played = []

@@ -1,4 +1,4 @@
-"""Seeded perturbations (vla_gym/perturbations.py, wrappers/perturb.py) on real LIBERO and ManiSkill envs.
+"""Seeded perturbations (vla_gym/ood/perturbations.py, wrappers/perturb.py) on real LIBERO and ManiSkill envs.
 
 Each perturbation must change what it names and nothing else (against the same episode unperturbed), repeat
 under the same seed, differ across seeds, and leave the env as it was once detached.
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import vla_gym
-from vla_gym.perturbations import CATEGORIES, PERTURBATIONS, episode_generator, make_perturbation
-from vla_gym.wrapper_spec import parse_wrappers
+from vla_gym.ood.perturbations import CATEGORIES, PERTURBATIONS, episode_generator, make_perturbation
+from vla_gym.vector.wrapper_spec import parse_wrappers
 from vla_gym.wrappers import Perturb
 
 SEED = 3

@@ -12,12 +12,12 @@ import gymnasium as gym
 import pytest
 import torch
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
-from vla_gym.trainers.buffer import RolloutBuffer
-from vla_gym.trainers.config import config_from_dict
-from vla_gym.trainers.episode_runner import EpisodeRunner, EpisodeSpec
-from vla_gym.trainers.pipeline import PipelineError, StagedStepper
+from vla_gym.trainers.rollout.buffer import RolloutBuffer
+from vla_gym.trainers.runtime.config import config_from_dict
+from vla_gym.trainers.rollout.episode_runner import EpisodeRunner, EpisodeSpec
+from vla_gym.trainers.rollout.pipeline import PipelineError, StagedStepper
 from vla_gym.trainers.policies import make_policy
-from vla_gym.trainers.rollout import RolloutCollector
+from vla_gym.trainers.rollout.collector import RolloutCollector
 
 CLOSE = {"atol": 1e-5, "rtol": 1e-5}
 

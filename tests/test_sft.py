@@ -1,7 +1,7 @@
 """trainers/sft.py: behaviour cloning from a LeRobot v3 demo dataset for every policy family, its checkpoint
 into GRPO, resume, torchrun, and every ``examples/configs/*_sft.yaml`` in short form through the real entry point.
 
-Datasets are recorded here by ``vla_gym.record_demos`` on the real simulators: real PushCube expert episodes,
+Datasets are recorded here by ``vla_gym.data.record`` on the real simulators: real PushCube expert episodes,
 and (for the LIBERO configs' short forms) one 8-step LIBERO-Spatial episode kept whatever its outcome.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("transformers")
 
 from short_runs import ROOT, SHORT_IMAGE_SIZE, TINY_VLM, child_env, executable, free_port, tiny_vlms  # noqa: E402
-from vla_gym.trainers.config import load_config  # noqa: E402
+from vla_gym.trainers.runtime.config import load_config  # noqa: E402
 
 CONFIGS = sorted((ROOT / "examples" / "configs").glob("*_sft.yaml"))
 PUSHCUBE = "VLA/ManiSkill-PushCube-v0"
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory):
     """Short datasets by env id, recorded on first use: {env_id: directory}."""
-    from vla_gym.record_demos import record_demos
+    from vla_gym.data.record import record_demos
 
     root, made = tmp_path_factory.mktemp("demos"), {}
 
@@ -70,7 +70,7 @@ def sft_short_form(config: pathlib.Path, run_dir, dataset: str, models: dict, np
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
 def test_every_sft_config_runs_in_short_form(config, datasets, models, tmp_path):
-    from vla_gym.trainers.checkpoint import load_policy
+    from vla_gym.trainers.runtime.checkpoint import load_policy
 
     cfg = load_config(config)
     dataset = datasets(cfg.env.id, cfg.env.kwargs.get("cameras", ["main"]))

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 from vla_gym.trainers import GRPO, PPO
-from vla_gym.trainers.config import EnvConfig
-from vla_gym.trainers.envs import make_envs
-from vla_gym.trainers.episode_runner import (
+from vla_gym.trainers.runtime.config import EnvConfig
+from vla_gym.trainers.runtime.envs import make_envs
+from vla_gym.trainers.rollout.episode_runner import (
     EpisodeRunner,
     EpisodeSpec,
     suite_specs,

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 from vla_gym.trainers import GRPO, PPO
-from vla_gym.trainers.checkpoint import load_checkpoint, load_policy
-from vla_gym.trainers.config import config_from_dict
+from vla_gym.trainers.runtime.checkpoint import load_checkpoint, load_policy
+from vla_gym.trainers.runtime.config import config_from_dict
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIG = "examples/configs/cartpole_ppo.yaml"

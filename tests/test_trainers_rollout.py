@@ -5,10 +5,10 @@ import pytest
 import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from vla_gym.trainers.buffer import RolloutBuffer
-from vla_gym.trainers.episode_runner import EpisodeRunner, EpisodeSpec
+from vla_gym.trainers.rollout.buffer import RolloutBuffer
+from vla_gym.trainers.rollout.episode_runner import EpisodeRunner, EpisodeSpec
 from vla_gym.trainers.policies.base import Policy
-from vla_gym.trainers.rollout import RolloutCollector
+from vla_gym.trainers.rollout.collector import RolloutCollector
 
 GAMMA = 0.5
 

@@ -6,24 +6,24 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
-from vla_gym.trainers.advantages import gae, group_advantages
-from vla_gym.trainers.batch import ObsStorage, index, stack, to_torch
-from vla_gym.trainers.buffer import RolloutBuffer
-from vla_gym.trainers.checkpoint import (
+from vla_gym.trainers.algorithms.advantages import gae, group_advantages
+from vla_gym.trainers.rollout.batch import ObsStorage, index, stack, to_torch
+from vla_gym.trainers.rollout.buffer import RolloutBuffer
+from vla_gym.trainers.runtime.checkpoint import (
     Checkpointer,
     CheckpointError,
     load_checkpoint,
     rng_state,
     set_rng_state,
 )
-from vla_gym.trainers.config import (
+from vla_gym.trainers.runtime.config import (
     Config,
     ConfigError,
     config_from_dict,
     load_config,
     save_config,
 )
-from vla_gym.trainers.losses import (
+from vla_gym.trainers.algorithms.losses import (
     clipped_policy_loss,
     explained_variance,
     kl_to_reference,

@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from vla_gym.trainers.policies import make_policy
-from vla_gym.trainers.policies.vla_models import build_vlm
+from random_vlms import build_vlm
 
 TOKENS = "vla_gym.trainers.policies.vla_tokens:ActionTokenVLAPolicy"
 CONTINUOUS = "vla_gym.trainers.policies.vla_continuous:ContinuousVLAPolicy"
@@ -154,7 +154,7 @@ VLA_CONFIGS = sorted(
 
 @pytest.mark.parametrize("path", VLA_CONFIGS, ids=lambda p: p.name)
 def test_vla_configs_validate(path):
-    from vla_gym.trainers.config import load_config
+    from vla_gym.trainers.runtime.config import load_config
     from vla_gym.trainers.policies import check_policy_kwargs
 
     cfg = load_config(path)

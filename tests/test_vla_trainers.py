@@ -7,9 +7,9 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("mani_skill")
 
-from vla_gym.trainers.config import config_from_dict
+from vla_gym.trainers.runtime.config import config_from_dict
 from vla_gym.trainers.policies import make_policy
-from vla_gym.trainers.policies.vla_models import build_vlm
+from random_vlms import build_vlm
 
 import vla_gym
 

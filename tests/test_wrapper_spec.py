@@ -1,4 +1,4 @@
-"""The one wrapper-spec parser (vla_gym/wrapper_spec.py): accepted forms and the errors for bad entries.
+"""The one wrapper-spec parser (vla_gym/vector/wrapper_spec.py): accepted forms and the errors for bad entries.
 
 Fast: no simulator is started (make_vec refuses a bad spec before it builds any env).
 """
@@ -8,8 +8,8 @@ import functools
 
 import pytest
 
-from vla_gym.trainers.config import ConfigError, config_from_dict, load_config
-from vla_gym.wrapper_spec import ACCEPTED_FORMS, WrapperSpecError, check_wrapper_specs, parse_wrapper, parse_wrappers
+from vla_gym.trainers.runtime.config import ConfigError, config_from_dict, load_config
+from vla_gym.vector.wrapper_spec import ACCEPTED_FORMS, WrapperSpecError, check_wrapper_specs, parse_wrapper, parse_wrappers
 from vla_gym.wrappers import ActionChunk, EpisodeMetrics, MultiCamera
 
 

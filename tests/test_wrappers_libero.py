@@ -19,7 +19,7 @@ SIZE, LIMIT, K = 64, 10, 4
 
 @pytest.fixture(scope="module")
 def base():
-    from vla_gym.backends.libero import LiberoEnv
+    from vla_gym.backends.libero.env import LiberoEnv
 
     env = LiberoEnv("libero_10", task_id=0, image_size=SIZE, max_episode_steps=LIMIT)
     env.render_calls = 0
@@ -171,7 +171,7 @@ def test_perturbations_below_the_chunk_reach_the_fresh_final_observation(base):
 
 
 def test_fresh_final_observation_passes_through_observation_wrappers_below(base):
-    from vla_gym.video import resize_image
+    from vla_gym.core.video import resize_image
 
     env = ActionChunk(gym.wrappers.TimeLimit(MultiCamera(base, cameras=["wrist"], size=32), K + 2), K)
     env.reset(seed=0)

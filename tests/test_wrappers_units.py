@@ -5,8 +5,9 @@ import sys
 import numpy as np
 import pytest
 
-from vla_gym.video import compose_frame, frame_size, resize_image, video_frame
-from vla_gym.wrappers import ActionTokenizer, hash_instruction, normalize_actions, openvla_prompt, unnormalize_actions
+from vla_gym.core.video import compose_frame, frame_size, resize_image, video_frame
+from vla_gym.trainers.policies.openvla_prompts import ActionTokenizer, normalize_actions, openvla_prompt, unnormalize_actions
+from vla_gym.wrappers import hash_instruction
 
 VOCAB = 32000
 
@@ -120,7 +121,7 @@ def test_hash_instruction_is_fixed_across_processes():
 
 
 def test_importing_wrappers_imports_no_simulator_or_torch():
-    code = ("import sys, vla_gym, vla_gym.wrappers, vla_gym.vector; "
+    code = ("import sys, vla_gym, vla_gym.wrappers, vla_gym.vector.envs; "
             "print([m for m in ('torch', 'mani_skill', 'libero', 'robosuite', 'sapien', 'PIL', 'imageio') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import vla_gym
-from vla_gym.registry import UnknownEnvError
-from vla_gym.vector import WorkerCrashedError
+from vla_gym.core.registry import UnknownEnvError
+from vla_gym.vector.envs import WorkerCrashedError
 from vla_gym.wrappers import EpisodeMetrics, MultiCamera, RecordEpisodeVideo, finished_episodes
 
 #: state-only ManiSkill envs

@@ -20,8 +20,8 @@ from __future__ import annotations
 _LAZY = {
     "PPO": "vla_gym.trainers.ppo",
     "GRPO": "vla_gym.trainers.grpo",
-    "Config": "vla_gym.trainers.config",
-    "load_config": "vla_gym.trainers.config",
+    "Config": "vla_gym.trainers.runtime.config",
+    "load_config": "vla_gym.trainers.runtime.config",
     "make_policy": "vla_gym.trainers.policies",
     "register_policy": "vla_gym.trainers.policies",
     "Policy": "vla_gym.trainers.policies",

@@ -13,7 +13,7 @@ Episodes: every (task, init state) of a vla_gym env, at most ``--episodes-per-ta
 a task list play ``--episodes-per-task`` seeds. ``--num-envs 1`` evaluates the suite in a loop; more envs play
 that many episodes at a time. Writes ``eval.md`` (Markdown table), ``eval.json`` and ``videos/*.mp4`` to
 ``--out`` (default: ``<run dir>/eval-<checkpoint name>``) and prints the table. ``--ood`` evaluates the same
-episodes in distribution and under each perturbation (:mod:`vla_gym.trainers.ood`): ``ood.md``, ``ood.json``
+episodes in distribution and under each perturbation (:mod:`vla_gym.trainers.evaluation.ood`): ``ood.md``, ``ood.json``
 and one report directory per row (one video each unless ``--video-episodes`` says otherwise).
 """
 from __future__ import annotations
@@ -22,17 +22,17 @@ import argparse
 import pathlib
 import sys
 
-from vla_gym.trainers.checkpoint import CheckpointError, load_checkpoint, load_policy
-from vla_gym.trainers.config import ConfigError, config_from_dict
-from vla_gym.trainers.distributed import Distributed
-from vla_gym.trainers.envs import make_envs
-from vla_gym.trainers.episode_runner import (
+from vla_gym.trainers.runtime.checkpoint import CheckpointError, load_checkpoint, load_policy
+from vla_gym.trainers.runtime.config import ConfigError, config_from_dict
+from vla_gym.trainers.runtime.distributed import Distributed
+from vla_gym.trainers.runtime.envs import make_envs
+from vla_gym.trainers.rollout.episode_runner import (
     EpisodeRunner,
     markdown_table,
     suite_specs,
     write_report,
 )
-from vla_gym.trainers.ood import libero_pro_rows, observes_images, ood_markdown, parse_rows, run_ood
+from vla_gym.trainers.evaluation.ood import libero_pro_rows, observes_images, ood_markdown, parse_rows, run_ood
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -10,7 +10,7 @@ succeeded at any step, or its return: ``grpo.score``); the advantage of every ac
 score minus the group's mean score (divided by the group's std with ``normalize_std``). The loss is PPO's
 clipped surrogate over those actions, minus an entropy bonus, plus ``kl_coef`` times a KL estimate to the
 frozen initial policy. Episodes run to their end in ``env.num_envs`` envs per rank, handed out as envs free up
-(:class:`~vla_gym.trainers.episode_runner.EpisodeRunner`).
+(:class:`~vla_gym.trainers.rollout.episode_runner.EpisodeRunner`).
 
 ``grpo.init_checkpoint`` starts from a PPO (or GRPO) checkpoint: its actor weights are loaded, its critic dropped.
 """
@@ -23,14 +23,14 @@ import warnings
 
 import numpy as np
 import torch
-from vla_gym.episodes import episode_sums
-from vla_gym.trainers.advantages import group_advantages
-from vla_gym.trainers.algorithm import OnPolicyAlgorithm
-from vla_gym.trainers.buffer import RolloutBuffer
-from vla_gym.trainers.checkpoint import load_actor_weights
-from vla_gym.trainers.envs import env_attr
-from vla_gym.trainers.episode_runner import EpisodeRunner, EpisodeSpec
-from vla_gym.trainers.losses import clipped_policy_loss, kl_to_reference
+from vla_gym.core.episodes import episode_sums
+from vla_gym.trainers.algorithms.advantages import group_advantages
+from vla_gym.trainers.algorithms.on_policy import OnPolicyAlgorithm
+from vla_gym.trainers.rollout.buffer import RolloutBuffer
+from vla_gym.trainers.runtime.checkpoint import load_actor_weights
+from vla_gym.trainers.runtime.envs import env_attr
+from vla_gym.trainers.rollout.episode_runner import EpisodeRunner, EpisodeSpec
+from vla_gym.trainers.algorithms.losses import clipped_policy_loss, kl_to_reference
 from vla_gym.trainers.policies import policy_class
 
 
@@ -158,7 +158,7 @@ def _init_params(cls) -> set[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from vla_gym.trainers.launch import train_main
+    from vla_gym.trainers.runtime.launch import train_main
 
     return train_main(GRPO, argv)
 

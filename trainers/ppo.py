@@ -7,7 +7,7 @@
     >>> model = PPO("mlp", "CartPole-v1", num_envs=8, n_steps=32, batch_size=256, n_epochs=20)  # doctest: +SKIP
     >>> model.learn(100_000).save("cartpole.pt")                                                 # doctest: +SKIP
 
-Hyperparameters are the fields of :class:`~vla_gym.trainers.config.PPOConfig` (Stable-Baselines3's names).
+Hyperparameters are the fields of :class:`~vla_gym.trainers.runtime.config.PPOConfig` (Stable-Baselines3's names).
 Per update: one rollout of ``n_steps`` vector steps (``env.num_envs`` envs over all ranks), GAE, then
 ``n_epochs`` passes over ``n_steps * num_envs / batch_size`` shuffled minibatches with advantage
 normalisation per minibatch, gradient clipping and an optional target-KL stop.
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import sys
 
-from vla_gym.trainers.algorithm import OnPolicyAlgorithm, schedule
-from vla_gym.trainers.buffer import RolloutBuffer
-from vla_gym.trainers.checkpoint import load_actor_weights
-from vla_gym.trainers.losses import clipped_policy_loss, explained_variance, value_loss
-from vla_gym.trainers.rollout import RolloutCollector
+from vla_gym.trainers.algorithms.on_policy import OnPolicyAlgorithm, schedule
+from vla_gym.trainers.rollout.buffer import RolloutBuffer
+from vla_gym.trainers.runtime.checkpoint import load_actor_weights
+from vla_gym.trainers.algorithms.losses import clipped_policy_loss, explained_variance, value_loss
+from vla_gym.trainers.rollout.collector import RolloutCollector
 
 
 class PPO(OnPolicyAlgorithm):
@@ -78,7 +78,7 @@ class PPO(OnPolicyAlgorithm):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from vla_gym.trainers.launch import train_main
+    from vla_gym.trainers.runtime.launch import train_main
 
     return train_main(PPO, argv)
 

@@ -9,7 +9,7 @@
     >>> sft = SFT.from_config(load_config("examples/configs/maniskill_small_sft.yaml"))    # doctest: +SKIP
     >>> sft.learn().last_metrics["train/loss"]                                            # doctest: +SKIP
 
-The dataset is a LeRobot v3 directory (:class:`vla_gym.dataset.DemoDataset`, ``sft.dataset``). The policy is
+The dataset is a LeRobot v3 directory (:class:`vla_gym.data.lerobot.dataset.DemoDataset`, ``sft.dataset``). The policy is
 ``policy.name`` / ``policy.kwargs`` built for ``env.*`` (the env whose spaces the policy acts in, and where it is
 evaluated); each optimizer step minimises the policy's own ``imitation_loss`` on ``sft.batch_size`` frames
 (split over the ranks, gradients all-reduced by DDP): token cross-entropy (action tokens), L1 of the chunk (OFT),
@@ -19,11 +19,11 @@ each frame on (padded with its last action; :meth:`DemoDataset.action_chunk`). L
 policy's options (``policy.kwargs.lora``).
 
 The run directory, resume, logging (TensorBoard, progress bar) and checkpoint cadence are
-:class:`~vla_gym.trainers.run.TrainingRun`'s (``checkpoint.every``, ``logging.log_interval`` and ``eval.every``
-count optimizer steps); evaluation in the env is :class:`~vla_gym.trainers.periodic_eval.TrainingEvaluator`'s
+:class:`~vla_gym.trainers.runtime.run.TrainingRun`'s (``checkpoint.every``, ``logging.log_interval`` and ``eval.every``
+count optimizer steps); evaluation in the env is :class:`~vla_gym.trainers.evaluation.periodic.TrainingEvaluator`'s
 (``eval.episodes`` fixed seeds, greedy; a final one into ``eval/eval.md``). Checkpoints hold what PPO/GRPO
 checkpoints hold (policy name, kwargs, spaces, trained parameters), so ``grpo.init_checkpoint``,
-``trainers/eval.py --checkpoint`` and :func:`~vla_gym.trainers.checkpoint.load_policy` take them; the run's
+``trainers/eval.py --checkpoint`` and :func:`~vla_gym.trainers.runtime.checkpoint.load_policy` take them; the run's
 last one is also copied to ``{run_dir}/{name}/final.pt``. A killed run continues from its newest checkpoint,
 mid-epoch (the shuffle of every epoch is fixed by ``seed``).
 """
@@ -39,14 +39,14 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from vla_gym.trainers.batch import to_torch
-from vla_gym.trainers.checkpoint import atomic_save, rng_state, set_rng_state
-from vla_gym.trainers.config import Config
-from vla_gym.trainers.distributed import Distributed
-from vla_gym.trainers.envs import make_envs
-from vla_gym.trainers.periodic_eval import TrainingEvaluator
+from vla_gym.trainers.rollout.batch import to_torch
+from vla_gym.trainers.runtime.checkpoint import atomic_save, rng_state, set_rng_state
+from vla_gym.trainers.runtime.config import Config
+from vla_gym.trainers.runtime.distributed import Distributed
+from vla_gym.trainers.runtime.envs import make_envs
+from vla_gym.trainers.evaluation.periodic import TrainingEvaluator
 from vla_gym.trainers.policies import Policy, make_policy
-from vla_gym.trainers.run import TrainingRun
+from vla_gym.trainers.runtime.run import TrainingRun
 
 
 class ImitationObjective(nn.Module):
@@ -95,7 +95,7 @@ class SFT:
     setup_errors = (ValueError, FileNotFoundError)
 
     def __init__(self, cfg: Config, dist: Distributed | None = None, write_run: bool = True):
-        from vla_gym.dataset import DemoDataset
+        from vla_gym.data.lerobot.dataset import DemoDataset
 
         self.cfg, self.hp = cfg, cfg.sft
         if not self.hp.dataset:
@@ -158,7 +158,7 @@ class SFT:
     def learn(self) -> SFT:
         """Train for ``sft.epochs`` (or ``sft.max_steps``) optimizer steps, evaluating and checkpointing as
         configured; returns self."""
-        from vla_gym.trainers.algorithm import schedule
+        from vla_gym.trainers.algorithms.on_policy import schedule
 
         run, hp = self.run, self.hp
         start = run.start_clock()
@@ -275,7 +275,7 @@ class SFT:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from vla_gym.trainers.launch import train_main
+    from vla_gym.trainers.runtime.launch import train_main
 
     return train_main(SFT, argv)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vla_gym.registry import ENTRIES
+from vla_gym.core.registry import ENTRIES
 
 #: how to get a backend that pip alone cannot install
 INSTALL_HINTS = {"behavior": "needs Isaac Sim + OmniGibson: docs/behavior.md"}
@@ -26,7 +26,7 @@ def missing_downloads(entry) -> list[str]:
     needing = [TASKS[name][0] for name in entry.kwargs.get("tasks", ()) if TASKS[name][2]]
     if not needing:
         return []
-    from vla_gym.backends.maniskill import missing_assets  # imports mani_skill's asset table, no simulator
+    from vla_gym.backends.maniskill.env import missing_assets  # imports mani_skill's asset table, no simulator
 
     return [maniskill_id for maniskill_id in needing if missing_assets(maniskill_id)]
 
@@ -36,7 +36,7 @@ def runnable_status(entry, backend_importable: bool) -> str:
     if not backend_importable:
         return "no (" + INSTALL_HINTS.get(entry.backend, f'pip install "vla-gym[{entry.extra}]"') + ")"
     if entry.kwargs.get("perturbation"):
-        from vla_gym import libero_pro
+        from vla_gym.tasks import libero_pro
 
         return libero_pro.installed_status()
     absent = missing_downloads(entry)
@@ -48,7 +48,7 @@ def runnable_status(entry, backend_importable: bool) -> str:
 
 def _pro_summary(base_entry, pro_entries: list, status: str) -> str:
     """One line under a LIBERO suite's row: its LIBERO-PRO ids by OOD category."""
-    from vla_gym import libero_pro
+    from vla_gym.tasks import libero_pro
 
     ids = {entry.kwargs["perturbation"]: entry.env_id for entry in pro_entries}
     groups = libero_pro.variants_by_category(base_entry.kwargs["suite"])
@@ -97,7 +97,7 @@ def list_envs(backend: str | None = None, out=sys.stdout) -> int:
 
 def list_pro(out=sys.stdout) -> int:
     """Every LIBERO-PRO suite the installed catalog knows: its id (or why it has none), category, changes."""
-    from vla_gym import libero_pro
+    from vla_gym.tasks import libero_pro
 
     found = libero_pro.variants(include_unavailable=True)
     first = ENTRIES[next(v.env_id for v in found if v.env_id)]
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     list_parser.add_argument("--pro", action="store_true",
                              help="each LIBERO-PRO id (perturbed LIBERO suite), its OOD category and what it changes")
     sub.add_parser("check", help="check the system packages headless rendering needs")
-    from vla_gym import record_demos
+    from vla_gym.data import record as record_demos
 
     record_demos.add_arguments(sub.add_parser("demos", help="record scripted-expert episodes as a LeRobot v3 dataset"))
     args = parser.parse_args(argv)
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         return record_demos.main(args)
     if args.command == "list":
         return list_pro() if args.pro else list_envs(args.backend)
-    from vla_gym import system
+    from vla_gym.runtime import system
 
     return system.main([])
 

@@ -18,21 +18,19 @@ RecordEpisodeVideo  one MP4 per episode, multi-camera layout with overlay, atomi
 MultiCamera         choose / resize cameras, HWC or CHW, the ``vla`` main + wrist-stack layout
 Perturb             one seeded OOD perturbation (lighting, camera_pose, paraphrase, action_noise, ...)
 SB3Compat           Box / Dict-of-Box observations for Stable-Baselines3
-openvla             prompt, 256-bin ActionTokenizer, (un)normalisation from q01/q99 (not a wrapper)
 ==================  ===========================================================================
 
-See docs/wrappers.md for the order to stack them in and the vector-env helpers.
+OpenVLA's prompt and action-token helpers live with the policies
+(``vla_gym.trainers.policies.openvla_prompts``). See docs/wrappers.md for the order to stack them in and the vector-env helpers.
 """
 from vla_gym.wrappers.action_chunk import ActionChunk
 from vla_gym.wrappers.episode_metrics import EpisodeMetrics, finished_episodes, summarize_episodes
 from vla_gym.wrappers.multi_camera import MultiCamera
-from vla_gym.wrappers.openvla import ActionTokenizer, normalize_actions, openvla_prompt, unnormalize_actions
 from vla_gym.wrappers.perturb import Perturb
 from vla_gym.wrappers.record_video import RecordEpisodeVideo
 from vla_gym.wrappers.sb3 import SB3Compat, hash_instruction
 
 __all__ = [
-    "ActionChunk", "ActionTokenizer", "EpisodeMetrics", "MultiCamera", "Perturb", "RecordEpisodeVideo", "SB3Compat",
-    "finished_episodes", "hash_instruction", "normalize_actions", "openvla_prompt", "summarize_episodes",
-    "unnormalize_actions",
+    "ActionChunk", "EpisodeMetrics", "MultiCamera", "Perturb", "RecordEpisodeVideo", "SB3Compat",
+    "finished_episodes", "hash_instruction", "summarize_episodes",
 ]

@@ -18,7 +18,7 @@ the last executed action, the summed reward, that sub-step's ``terminated`` / ``
 A chunk shorter than ``K`` (shape ``(k, action_dim)``, ``1 <= k <= K``) is accepted and runs ``k`` steps.
 
 How the renders are skipped: every sub-step but the last is taken inside
-``with env.unwrapped.skip_rendering():`` (:meth:`vla_gym.env.VLAEnv.skip_rendering`), a flag on the
+``with env.unwrapped.skip_rendering():`` (:meth:`vla_gym.core.env.VLAEnv.skip_rendering`), a flag on the
 ``VLAEnv`` at the bottom of the stack. The step call itself travels through the wrappers in between as
 usual; the VLAEnv advances the physics without rendering, returns the last rendered images and sets
 ``info["observed"] = False``, which the wrappers in between can read (a wrapper below ActionChunk that looks
@@ -45,7 +45,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from vla_gym.env import VLAEnv
+from vla_gym.core.env import VLAEnv
 
 
 def wrappers_between(env: gym.Env) -> list[gym.Wrapper]:

@@ -9,8 +9,8 @@ At the step that ends an episode (terminated or truncated)::
     info["episode_metrics"] == {"env/return": 0.0, "env/episode_len": 50, "env/success_once": 0.0,
                                 "env/reward": 0.0, "task_name": "PickCube", "task_id": 0}
 
-The counting rules are :mod:`vla_gym.episodes`' (this wrapper is a thin shell over its
-:class:`~vla_gym.episodes.EpisodeCounter`): ``env/success_once`` is 1.0 if ``info["success"]`` was true at
+The counting rules are :mod:`vla_gym.core.episodes`' (this wrapper is a thin shell over its
+:class:`~vla_gym.core.episodes.EpisodeCounter`): ``env/success_once`` is 1.0 if ``info["success"]`` was true at
 any step (left out for envs that never report ``info["success"]``); ``env/episode_len`` counts env steps,
 adding ``info["chunk_steps"]`` per step above :class:`~vla_gym.wrappers.ActionChunk`, so put EpisodeMetrics
 on top of ActionChunk; ``env/reward`` is the mean reward per env step. The key is ``episode_metrics``, not
@@ -18,7 +18,7 @@ on top of ActionChunk; ``env/reward`` is the mean reward per env step. The key i
 
 In a vector env, :func:`finished_episodes` pulls the finished episodes out of the batched ``info``
 (either autoreset mode), and :func:`summarize_episodes` averages them with per-task success (both are
-:mod:`vla_gym.episodes`' functions, re-exported here)::
+:mod:`vla_gym.core.episodes`' functions, re-exported here)::
 
     obs, rewards, terminated, truncated, infos = envs.step(actions)
     for episode in finished_episodes(infos):    # dicts as above plus "env_index"
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from vla_gym.episodes import METRIC_NAMES, METRICS_KEY, EpisodeCounter, finished_episodes
-from vla_gym.episodes import summarize as summarize_episodes
+from vla_gym.core.episodes import METRIC_NAMES, METRICS_KEY, EpisodeCounter, finished_episodes
+from vla_gym.core.episodes import summarize as summarize_episodes
 
 KEY = METRICS_KEY
 

@@ -31,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from vla_gym.video import MAIN_ROLE, resize_image
+from vla_gym.core.video import MAIN_ROLE, resize_image
 
 LAYOUTS = ("dict", "vla")
 

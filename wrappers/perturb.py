@@ -15,7 +15,7 @@ Config form (wrapper specs)::
 
 Put it innermost (first in the list, below ActionChunk): action noise and delay then act on every sub-step
 and image noise on every rendered frame. The kinds, their categories and what ``strength`` means are in
-:mod:`vla_gym.perturbations` (docs/ood.md). The perturbation is drawn at every reset from the episode's seed
+:mod:`vla_gym.ood.perturbations` (docs/ood.md). The perturbation is drawn at every reset from the episode's seed
 and recorded in ``info["perturbation"][kind]`` (``strength`` plus the drawn parameters) at every step;
 stacked Perturb wrappers each add their own entry. It needs a vla_gym env (``VLA/...`` ids): it reaches the
 simulator through ``env.unwrapped.episode_hooks`` and ``backend.scene_controls()``.
@@ -25,8 +25,8 @@ from __future__ import annotations
 import gymnasium as gym
 from gymnasium import spaces
 
-from vla_gym.instruction_space import InstructionText
-from vla_gym.perturbations import HELD_OUT_TEMPLATES, episode_generator, make_perturbation
+from vla_gym.core.instruction_space import InstructionText
+from vla_gym.ood.perturbations import HELD_OUT_TEMPLATES, episode_generator, make_perturbation
 
 KEY = "perturbation"
 

@@ -8,7 +8,7 @@ Frames are built from ``obs["images"]`` as the env returns them, so nothing is r
 frame after reset and one per step (per chunk above :class:`~vla_gym.wrappers.ActionChunk`, whose
 ``render_fps`` is divided by K so the video plays in real time). The frame layout and overlay
 (instruction, step, reward, return, success; return and success counted by
-:class:`vla_gym.episodes.EpisodeCounter`) are described in :mod:`vla_gym.video`: main camera
+:class:`vla_gym.core.episodes.EpisodeCounter`) are described in :mod:`vla_gym.core.video`: main camera
 448x448 on the right, other cameras 224x224 stacked on the left, 448x672 for one or two wrists.
 
 Files are ``{video_folder}/{name_prefix}[-env{env_index}]-{episode:05d}.mp4``, episodes counted from 0
@@ -28,8 +28,8 @@ import os
 
 import gymnasium as gym
 
-from vla_gym.episodes import EpisodeCounter
-from vla_gym.video import MAIN_SIZE, SIDE_SIZE, video_frame
+from vla_gym.core.episodes import EpisodeCounter
+from vla_gym.core.video import MAIN_SIZE, SIDE_SIZE, video_frame
 
 
 class RecordEpisodeVideo(gym.Wrapper):

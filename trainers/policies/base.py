@@ -31,6 +31,8 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from vla_gym.trainers.policies.openvla_prompts import unnormalize_actions
+
 Obs = Any  # torch.Tensor | dict[str, torch.Tensor | dict[str, torch.Tensor] | list[str]]
 
 
@@ -92,8 +94,6 @@ class Policy(nn.Module):
     def to_env_actions(self, array: np.ndarray) -> np.ndarray:
         """Un-normalise a numpy batch with ``action_stats`` (if set) and clip it to the Box bounds."""
         if self.action_stats is not None:
-            from vla_gym.wrappers.openvla import unnormalize_actions
-
             array = unnormalize_actions(array, self.action_stats).astype(np.float32)
         if isinstance(self.action_space, spaces.Box):
             array = np.clip(array, self.action_space.low, self.action_space.high)

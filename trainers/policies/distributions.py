@@ -11,7 +11,7 @@ spaces get a Categorical. Both ignore Box bounds: the policy clips before the en
 
 Sampling noise comes from torch's global generator, or, inside ``with row_generators(gens):``, row ``i`` of a batch
 from ``gens[i]`` (one ``torch.Generator`` per row): then a row's sample does not depend on which other rows share
-its batch, which is what lets pipelined rollouts (``trainers/pipeline.py``) split the envs into stages and still
+its batch, which is what lets pipelined rollouts (``trainers/rollout/pipeline.py``) split the envs into stages and still
 draw the same actions. ``standard_normal`` / ``standard_exponential`` are the two noise sources; a policy that
 samples outside these heads uses them too to honour the row generators.
 """

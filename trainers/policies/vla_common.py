@@ -7,7 +7,7 @@ value heads, chunk shapes and checkpoints that keep only the trained parameters.
 
 ``model`` is anything ``AutoModelForImageTextToText.from_pretrained`` and ``AutoProcessor.from_pretrained``
 accept: a hub name (downloaded once by transformers' cache) or a local ``save_pretrained`` directory.
-The prompt is OpenVLA's (:func:`vla_gym.wrappers.openvla.openvla_prompt`); processors with a chat template
+The prompt is OpenVLA's (:func:`vla_gym.trainers.policies.openvla_prompts.openvla_prompt`); processors with a chat template
 (SmolVLM, Qwen2.5-VL, LLaVA) get it as one user turn with the camera images in front, processors without
 one (PaliGemma) get one image token per camera in front of the prompt.
 
@@ -33,7 +33,7 @@ from vla_gym.trainers.policies.lora import (
     load_trainable_state_dict,
     trainable_state_dict,
 )
-from vla_gym.wrappers.openvla import openvla_prompt
+from vla_gym.trainers.policies.openvla_prompts import openvla_prompt
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: module-name fragments of vision towers and projectors across HF VLMs

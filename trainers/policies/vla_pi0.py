@@ -22,7 +22,8 @@ head reads the mean of the VLM prefix's last hidden states. PI0's images are pre
 
 Options: ``model`` (path or hub name), ``cameras``, ``num_steps``, ``noise_std``, ``lora``, ``freeze_vision``,
 ``freeze_vlm`` (train the action expert only, default), ``dtype``, ``critic``, ``state_stats``, ``action_stats``,
-``max_prompt_tokens``, ``value_hidden``. :func:`build_pi0` writes a random-weight checkpoint (tests, benchmarks).
+``max_prompt_tokens``, ``value_hidden``. ``benchmarks/random_vlms.py`` writes a random-weight
+checkpoint (tests, benchmarks).
 """
 from __future__ import annotations
 
@@ -46,47 +47,6 @@ from vla_gym.trainers.policies.vla_common import (
 )
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
-
-
-def build_pi0(path: str | pathlib.Path, size: str = "tiny", image_size: int | None = None, seed: int = 0,
-              chunk_size: int | None = None, device: str = "cpu", dtype: str = "float32") -> pathlib.Path:
-    """Write a random-weight PI0 (PaliGemma + Gemma action expert) and its tokenizer to ``path``."""
-    from transformers import (
-        GemmaConfig,
-        PaliGemmaConfig,
-        PI0Config,
-        PI0ForConditionalGeneration,
-        SiglipVisionConfig,
-    )
-    from vla_gym.trainers.policies.vla_models import train_tokenizer
-
-    torch.manual_seed(seed)
-    if size == "tiny":
-        image_size, patch = image_size or 32, 16
-        vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
-        layers = {"num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16}
-        vlm_width, expert_width, vocab_pad, chunk_size = 32, 32, None, chunk_size or 4
-    else:  # openpi's PI0: PaliGemma-3B + a 300M Gemma expert (width 1024) sharing layer/head shapes
-        image_size, patch = image_size or 224, 14
-        vision = {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "num_attention_heads": 16}
-        layers = {"num_hidden_layers": 18, "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256}
-        vlm_width, expert_width, vocab_pad, chunk_size = 2048, 1024, 257152, chunk_size or 50
-    tokenizer = train_tokenizer(extra_special=("<image>",))
-    vocab = vocab_pad or len(tokenizer)
-    vlm = PaliGemmaConfig(
-        vision_config=SiglipVisionConfig(image_size=image_size, patch_size=patch, **vision).to_dict(),
-        text_config=GemmaConfig(vocab_size=vocab, hidden_size=vlm_width, intermediate_size=4 * vlm_width,
-                                **layers).to_dict(),
-        image_token_index=tokenizer.convert_tokens_to_ids("<image>"), projection_dim=vlm_width, vocab_size=vocab,
-    )
-    dit = GemmaConfig(vocab_size=vocab, hidden_size=expert_width, intermediate_size=4 * expert_width, **layers)
-    config = PI0Config(vlm_config=vlm.to_dict(), dit_config=dit.to_dict(), chunk_size=chunk_size)
-    path = pathlib.Path(path)
-    with torch.device(device):
-        model = PI0ForConditionalGeneration(config)
-    model.to(getattr(torch, dtype)).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 class PI0Policy(TrainableStateMixin, Policy):

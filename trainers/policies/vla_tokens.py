@@ -7,7 +7,7 @@
     >>> env.step(policy.env_actions(tokens))               # decoded to [B, A] or [B, K, A] in [-1, 1]  # doctest: +SKIP
 
 The prompt is OpenVLA's; each action dimension is one of 256 bins mapped to the last 256 token ids of
-the tokenizer (:class:`vla_gym.wrappers.openvla.ActionTokenizer`). An action chunk of ``K`` steps (an env
+the tokenizer (:class:`vla_gym.trainers.policies.openvla_prompts.ActionTokenizer`). An action chunk of ``K`` steps (an env
 wrapped in :class:`~vla_gym.wrappers.ActionChunk`, action space ``(K, A)``) is ``K*A`` tokens, time-major.
 
 - ``act``: ``generate`` with decoding restricted to the action tokens: sampled from
@@ -40,7 +40,7 @@ from vla_gym.trainers.policies.vla_common import (
     VLMBackbone,
     chunk_shape,
 )
-from vla_gym.wrappers.openvla import ActionTokenizer
+from vla_gym.trainers.policies.openvla_prompts import ActionTokenizer
 
 
 class ActionTokenSampler:

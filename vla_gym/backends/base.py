@@ -1,8 +1,8 @@
-"""The contract between one simulator and :class:`vla_gym.env.VLAEnv`.
+"""The contract between one simulator and :class:`vla_gym.core.env.VLAEnv`.
 
 A backend owns exactly one live simulator instance and translates it to the unified schema
 (see ``docs/schema.md``). It never sees gymnasium: seeding, task drawing, time limits, action
-validation and ``info`` live in :class:`~vla_gym.env.VLAEnv`, once for every simulator.
+validation and ``info`` live in :class:`~vla_gym.core.env.VLAEnv`, once for every simulator.
 
 Physics and rendering are separate calls so that steps nobody observes (inside an action chunk)
 skip the camera render, which dominates the cost of a step on every simulator::
@@ -74,7 +74,7 @@ class Backend(abc.ABC):
         """Free the simulator and its renderer. Safe to call twice."""
 
     def scene_controls(self):
-        """The loaded scene's :class:`vla_gym.perturbations.SceneControls` (lighting, colours, camera, poses)."""
+        """The loaded scene's :class:`vla_gym.ood.perturbations.SceneControls` (lighting, colours, camera, poses)."""
         raise NotImplementedError(
             f"{type(self).__name__} has no scene perturbations (lighting, background_color, camera_pose, robot_pose, "
             "object_pose): LIBERO and ManiSkill have them; image_noise, paraphrase, action_noise and action_delay "

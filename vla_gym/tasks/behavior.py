@@ -23,13 +23,14 @@ from collections.abc import Sequence
 from importlib import resources
 
 from vla_gym.backends.base import TaskSpec
+from vla_gym.core.env_entry import EnvEntry
 
 SUITE = "behavior"
 #: ``activity`` alias for the 50 challenge tasks in challenge order
 CHALLENGE = "challenge"
 KEYWORD_ENV_ID = "VLA/Behavior-v0"
 CHALLENGE_ENV_ID = "VLA/Behavior50-v0"
-ENTRY_POINT = "vla_gym.backends.behavior:BehaviorEnv"
+ENTRY_POINT = "vla_gym.backends.behavior.env:BehaviorEnv"
 
 
 def env_id(activity: str) -> str:
@@ -89,10 +90,8 @@ def _spec(index: int, row: dict) -> TaskSpec:
     )
 
 
-def env_entries() -> list:
-    """Rows for vla_gym.registry: one id per challenge task, the 50-task id, the keyword id."""
-    from vla_gym.registry import EnvEntry
-
+def env_entries() -> list[EnvEntry]:
+    """Rows for vla_gym.core.registry: one id per challenge task, the 50-task id, the keyword id."""
     def entry(env_id_: str, num_tasks: int, kwargs: dict) -> EnvEntry:
         return EnvEntry(env_id_, "behavior", ENTRY_POINT, num_tasks, requires="omnigibson", extra="behavior",
                         kwargs=kwargs)

@@ -1,4 +1,4 @@
-"""LIBERO's 130 tasks, read from ``assets/libero_tasks.json`` (no LIBERO import needed).
+"""LIBERO's 130 tasks and LIBERO-PRO's perturbed suites as one catalog (no LIBERO import needed).
 
     >>> from vla_gym.tasks.libero import suite_tasks
     >>> len(suite_tasks("libero_130")), suite_tasks("libero_10")[0].max_episode_steps
@@ -6,63 +6,38 @@
 """
 from __future__ import annotations
 
-import functools
-import json
-from importlib import resources
-
 from vla_gym.backends.base import TaskSpec
+from vla_gym.core.env_entry import EnvEntry
+from vla_gym.tasks import libero_pro
+from vla_gym.tasks.libero_suites import ENV_IDS, LIBERO_130, SUITE_MAX_STEPS, base_suite_tasks, is_base_suite
 
-#: the five LIBERO suites in the order LIBERO-130 concatenates them, with the episode limits the
-#: standard evaluation (OpenVLA, openpi) uses; inside LIBERO-130 every task keeps its suite's limit
-SUITE_MAX_STEPS = {
-    "libero_spatial": 220,
-    "libero_object": 280,
-    "libero_goal": 300,
-    "libero_10": 520,
-    "libero_90": 400,
-}
-LIBERO_130 = "libero_130"
-
-#: registered id -> suite
-ENV_IDS = {
-    "VLA/Libero130-v0": LIBERO_130,
-    "VLA/LiberoSpatial-v0": "libero_spatial",
-    "VLA/LiberoObject-v0": "libero_object",
-    "VLA/LiberoGoal-v0": "libero_goal",
-    "VLA/Libero10-v0": "libero_10",
-    "VLA/Libero90-v0": "libero_90",
-}
-
-
-@functools.lru_cache(maxsize=None)
-def _table() -> dict:
-    return json.loads(resources.files("vla_gym.assets").joinpath("libero_tasks.json").read_text())
+ENTRY_POINT = "vla_gym.backends.libero.env:LiberoEnv"
 
 
 def suite_tasks(suite: str) -> tuple[TaskSpec, ...]:
     """The tasks of one suite (or all 130 for ``libero_130``), indexed from 0.
 
-    Each task's ``max_episode_steps`` is its own suite's limit (:data:`SUITE_MAX_STEPS`), also
-    inside ``libero_130``: a LIBERO-Long task gets 520 steps there, a LIBERO-Spatial task 220.
-    A LIBERO-PRO suite (``libero_object_swap``) gives its buildable tasks (:mod:`vla_gym.libero_pro`).
+    A LIBERO-PRO suite (``libero_object_swap``) gives its buildable tasks (:mod:`vla_gym.tasks.libero_pro`).
     """
-    from vla_gym import libero_pro  # it imports this module
-
-    if suite == LIBERO_130:
-        members = list(SUITE_MAX_STEPS)
-    elif suite in SUITE_MAX_STEPS:
-        members = [suite]
-    elif libero_pro.is_perturbed(suite):
+    if is_base_suite(suite):
+        return base_suite_tasks(suite)
+    if libero_pro.is_perturbed(suite):
         return libero_pro.suite_tasks(suite)
-    else:
-        raise ValueError(f"unknown LIBERO suite {suite!r}; choose from {[LIBERO_130, *SUITE_MAX_STEPS]} "
-                         f"or a LIBERO-PRO suite such as libero_object_swap (vla-gym list --backend libero)")
-    tasks = []
-    for member in members:
-        for local_index, row in enumerate(_table()[member]):
-            tasks.append(TaskSpec(
-                index=len(tasks), suite=member, name=row["name"], instruction=row["instruction"],
-                max_episode_steps=SUITE_MAX_STEPS[member], num_init_states=row["num_init_states"],
-                extra={"suite_task_index": local_index},
-            ))
-    return tuple(tasks)
+    raise ValueError(f"unknown LIBERO suite {suite!r}; choose from {[LIBERO_130, *SUITE_MAX_STEPS]} "
+                     f"or a LIBERO-PRO suite such as libero_object_swap (vla-gym list --backend libero)")
+
+
+def env_entries() -> list[EnvEntry]:
+    """Registry rows: one id per suite, and one per LIBERO-PRO suite its wheel ships (``VLA/LiberoObject-Swap-v0``)."""
+    return [
+        EnvEntry(env_id, "libero", ENTRY_POINT, len(suite_tasks(suite)), requires="libero", extra="libero",
+                 kwargs={"suite": suite})
+        for env_id, suite in ENV_IDS.items()
+    ] + [
+        EnvEntry(variant.env_id, "libero", ENTRY_POINT, variant.num_tasks, requires="libero", extra="libero",
+                 kwargs={"suite": variant.base_suite, "perturbation": variant.perturbation})
+        for variant in libero_pro.variants()
+    ]
+
+
+__all__ = ["ENTRY_POINT", "ENV_IDS", "LIBERO_130", "SUITE_MAX_STEPS", "env_entries", "suite_tasks"]

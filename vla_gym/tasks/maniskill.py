@@ -19,6 +19,7 @@ from importlib import resources
 import yaml
 
 from vla_gym.backends.base import TaskSpec
+from vla_gym.core.env_entry import EnvEntry
 
 SUITE = "maniskill"
 #: task name -> (ManiSkill env id, ManiSkill's episode limit, asset download ids it needs)
@@ -44,7 +45,7 @@ TASKS: dict[str, tuple[str, int, tuple[str, ...]]] = {
 #: the tasks that run offline, in the order of the multi-task id
 TABLETOP: tuple[str, ...] = tuple(name for name, (_, _, downloads) in TASKS.items() if not downloads)
 MULTI_TASK_ID = "VLA/ManiSkillTabletop-v0"
-ENTRY_POINT = "vla_gym.backends.maniskill:ManiSkillEnv"
+ENTRY_POINT = "vla_gym.backends.maniskill.env:ManiSkillEnv"
 
 
 def env_id(name: str) -> str:
@@ -74,10 +75,8 @@ def task_specs(names: Sequence[str]) -> tuple[TaskSpec, ...]:
     return tuple(specs)
 
 
-def env_entries() -> list:
-    """Registry rows: one id per task plus the multi-task id (called by :mod:`vla_gym.registry`)."""
-    from vla_gym.registry import EnvEntry
-
+def env_entries() -> list[EnvEntry]:
+    """Registry rows: one id per task plus the multi-task id (called by :mod:`vla_gym.core.registry`)."""
     rows = [(env_id(name), (name,)) for name in TASKS] + [(MULTI_TASK_ID, TABLETOP)]
     return [
         EnvEntry(row_id, "maniskill", ENTRY_POINT, len(names), requires="mani_skill", extra="maniskill",

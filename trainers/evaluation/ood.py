@@ -1,0 +1,283 @@
+"""The out-of-distribution report of ``trainers/eval.py --ood``: one checkpoint in distribution and under each
+seeded perturbation, as the IND / Vision / Semantic / Execution / OOD-average table.
+
+    python trainers/eval.py --checkpoint CKPT --ood                               # every perturbation, defaults
+    python trainers/eval.py --checkpoint CKPT --ood lighting=0.8,paraphrase,action_noise=0.2 --episodes-per-task 5
+
+Every row plays the same episodes (same seeds, tasks and initial states) as the in-distribution row, with one
+:class:`vla_gym.wrappers.Perturb` put innermost in the env's wrapper list; the perturbation is drawn from each
+episode's seed, so a row is repeatable. A category's score is the mean success of its rows, the OOD average
+the mean of the categories evaluated. Vision rows are left out for a policy that sees no images (ManiSkill's
+``obs_mode=state``). Writes ``ood.md`` and ``ood.json`` to the report directory and each row's own
+``eval.md``/``eval.json``/``videos/`` under ``<row>/`` (``ind/``, ``lighting/``, ...).
+
+``--libero-pro`` (LIBERO suites) adds a row per LIBERO-PRO suite of the checkpoint's suite
+(:func:`vla_gym.tasks.libero_pro.variants`: ``swap``, ``lan``, ``object``, ``with_mug``, ...). Those suites have their own
+tasks and initial states, so their rows are not the same episodes: they get a table and category means of
+their own, apart from the seeded perturbations'.
+
+A killed report resumes: each finished row leaves ``<row>/ood_row.json`` (its settings and summary), and the same
+command again keeps those rows and plays the rest (another checkpoint, episode selection or strength plays the
+row anew).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from vla_gym.ood.perturbations import CATEGORIES, PERTURBATIONS, make_perturbation
+from vla_gym.trainers.runtime.distributed import Distributed
+from vla_gym.trainers.rollout.episode_runner import atomic_write_text
+
+#: column title of each category in the table
+COLUMNS = {"vision": "Vision", "semantic": "Semantic", "execution": "Execution"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One row of the OOD report: a perturbation at a strength (``kind`` None: in distribution)."""
+
+    kind: str | None = None
+    strength: float | None = None
+    #: a LIBERO-PRO perturbation of the suite (``swap``, ``lan``, ...) instead of a seeded one
+    libero_pro: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The row's report directory: ``ind``, ``lighting``, ``lighting-0.8`` (an explicit strength), ``libero_pro-swap``."""
+        if self.libero_pro:
+            return f"libero_pro-{self.libero_pro}"
+        if self.kind is None:
+            return "ind"
+        return self.kind if self.strength is None else f"{self.kind}-{self.strength:g}"
+
+    @property
+    def category(self) -> str:
+        if self.libero_pro:
+            from vla_gym.tasks.libero_pro import category
+
+            return category(self.libero_pro)
+        return PERTURBATIONS[self.kind].category if self.kind else "ind"
+
+    def env_config(self, env_cfg):
+        """``env_cfg`` with this row's perturbation: Perturb innermost, or the LIBERO-PRO suite's ``perturbation=``."""
+        if self.libero_pro:
+            return dataclasses.replace(env_cfg, kwargs={**env_cfg.kwargs, "perturbation": self.libero_pro})
+        if self.kind:
+            return dataclasses.replace(env_cfg, wrappers=[self.wrapper()] + list(env_cfg.wrappers))
+        return env_cfg
+
+    def wrapper(self) -> dict:
+        return {"name": "Perturb", "kwargs": {"kind": self.kind, "strength": self.strength}}
+
+
+def parse_rows(text: str) -> list[Row]:
+    """``all`` or ``kind[=strength],...`` -> the perturbed rows (strength None: the perturbation's default).
+
+        >>> [(r.kind, r.strength) for r in parse_rows("lighting=0.8,paraphrase")]
+        [('lighting', 0.8), ('paraphrase', None)]
+    """
+    if text.strip() == "all":
+        return [Row(kind) for names in CATEGORIES.values() for kind in names]
+    rows = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        kind, _, value = item.partition("=")
+        try:
+            strength = float(value) if value else None
+        except ValueError:
+            raise ValueError(f"{item!r}: the strength after '=' must be a number, e.g. lighting=0.5") from None
+        make_perturbation(kind, strength)  # an unknown kind or a bad strength fails here, naming the choices
+        rows.append(Row(kind, strength))
+    if not rows:
+        raise ValueError("name at least one perturbation (or 'all')")
+    names = [row.name for row in rows]
+    if len(set(names)) < len(names):
+        raise ValueError(f"a perturbation is named twice at the same strength: {', '.join(names)}")
+    return rows
+
+
+def libero_pro_rows(env_id: str) -> list[Row]:
+    """A row per LIBERO-PRO suite of ``env_id``'s LIBERO suite that tests vision, semantics or execution."""
+    from vla_gym.tasks import libero_pro
+
+    try:
+        found = libero_pro.variants(env_id)
+    except ValueError as exc:
+        raise ValueError(f"--libero-pro needs a checkpoint trained on a LIBERO suite: {exc}") from None
+    return [Row(libero_pro=v.perturbation) for v in found if v.category in CATEGORIES]
+
+
+def observes_images(env_kwargs: dict) -> bool:
+    """Whether the policy sees camera images (ManiSkill's ``obs_mode=state`` policies do not)."""
+    return env_kwargs.get("obs_mode", "images") != "state"
+
+
+#: evaluate(env_config, directory, header) -> the summary of :func:`episode_runner.summarize` (None off rank 0)
+Evaluate = Callable[[Any, pathlib.Path, str], "dict | None"]
+
+
+#: written beside a finished row's ``eval.json``: the settings it was played with and its summary
+ROW_MARKER = "ood_row.json"
+
+
+def run_ood(evaluate: Evaluate, env_cfg, rows: Sequence[Row], out: pathlib.Path, title: str,
+            sees_images: bool, settings: dict | None = None, dist: Distributed | None = None) -> dict | None:
+    """Evaluate in distribution and each row, then write ``ood.md`` / ``ood.json``; returns the report (rank 0).
+
+    A row finished by an earlier run into the same ``out`` with the same ``settings`` (checkpoint, episodes,
+    seed, ...: whatever decides its episodes) and the same env config is kept, not played again, so a killed
+    report resumes at the row it was in. ``settings=None`` plays every row. Under torchrun (``dist``) the main
+    rank, which writes the reports, decides for every rank, so ranks on nodes that share no filesystem still play
+    the same rows together.
+    """
+    main = dist is None or dist.is_main
+    skipped = [row for row in rows if row.category == "vision" and not sees_images]
+    rows = [row for row in rows if row not in skipped]
+    summaries = {}
+    for row in [Row()] + list(rows):
+        label = f"{row.name} (strength {_strength(row)})" if row.kind else \
+            f"LIBERO-PRO {row.libero_pro}" if row.libero_pro else "in distribution"
+        row_env = row.env_config(env_cfg)
+        key = None if settings is None else _row_key(settings, row_env)
+        summary = _finished_row(out / row.name, key) if main else None
+        kept = summary is not None if dist is None else dist.broadcast_object(summary is not None)
+        if kept:  # the main rank's decision, on every rank
+            summaries[row] = summary
+            if main:
+                print(f"{row.name}: kept from an earlier run ({out / row.name / ROW_MARKER})")
+            continue
+        summary = evaluate(row_env, out / row.name, f"# {title}: {label}")
+        if main and key is not None:
+            (out / row.name).mkdir(parents=True, exist_ok=True)
+            atomic_write_text(out / row.name / ROW_MARKER, json.dumps({"settings": key, "summary": summary}, indent=2))
+        summaries[row] = summary
+    if not main:
+        return None
+    report = ood_report(summaries, title, [row.kind for row in skipped])
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "ood.json", json.dumps(report, indent=2))
+    atomic_write_text(out / "ood.md", ood_markdown(report))
+    return report
+
+
+def _row_key(settings: dict, row_env) -> Any:
+    """What decides a row's episodes, as plain JSON (compared after a round trip through JSON)."""
+    env = dataclasses.asdict(row_env) if dataclasses.is_dataclass(row_env) else row_env
+    return json.loads(json.dumps({"settings": settings, "env": env}, sort_keys=True, default=str))
+
+
+def _finished_row(directory: pathlib.Path, key: Any) -> dict | None:
+    """The summary of a row an earlier run finished with the same key (None: play it)."""
+    marker = directory / ROW_MARKER
+    if key is None or not marker.is_file():
+        return None
+    try:
+        saved = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    return saved["summary"] if saved.get("settings") == key else None
+
+
+def _strength(row: Row) -> float | None:
+    if row.kind is None:
+        return None
+    return PERTURBATIONS[row.kind].default_strength if row.strength is None else row.strength
+
+
+def _category_means(rows: list[dict]) -> dict[str, float]:
+    means = {}
+    for category in CATEGORIES:
+        rates = [r["success_rate"] for r in rows if r["category"] == category and not math.isnan(r["success_rate"])]
+        if rates:
+            means[category] = sum(rates) / len(rates)
+    return means
+
+
+def _ood_average(categories: dict[str, float]) -> float:
+    """The OOD average: the mean of the category means."""
+    return sum(categories.values()) / len(categories) if categories else math.nan
+
+
+def ood_report(summaries: dict[Row, dict], title: str, skipped: Sequence[str] = ()) -> dict:
+    """The table's numbers: IND, per-category means, OOD average and one entry per perturbation."""
+    ind = summaries[Row()]["overall"]["success_rate"]
+    def entry(row: Row, summary: dict) -> dict:
+        return {"perturbation": row.kind or row.libero_pro, "directory": row.name, "category": row.category,
+                "strength": _strength(row), "episodes": summary["overall"]["episodes"],
+                "success_rate": summary["overall"]["success_rate"], "mean_length": summary["overall"]["mean_length"]}
+
+    rows = [entry(row, summary) for row, summary in summaries.items() if row.kind]
+    pro_rows = [entry(row, summary) for row, summary in summaries.items() if row.libero_pro]
+    categories = _category_means(rows)
+    report = {"title": title, "ind": ind, "ind_episodes": summaries[Row()]["overall"]["episodes"],
+              "categories": categories, "ood_average": _ood_average(categories), "rows": rows,
+              "skipped": list(skipped)}
+    if pro_rows:
+        pro_categories = _category_means(pro_rows)
+        report["libero_pro"] = {"categories": pro_categories, "rows": pro_rows,
+                                "ood_average": _ood_average(pro_categories)}
+    return report
+
+
+def percent(rate: float | None) -> str:
+    """A success rate as a percentage with one decimal ("n/a" when unknown)."""
+    return "n/a" if rate is None or math.isnan(rate) else f"{100 * rate:.1f}"
+
+
+def ood_markdown(report: dict) -> str:
+    """The seeds' table (success in %) and the per-perturbation rows."""
+    lines = [f"# {report['title']}", "", "Success rate (%) in distribution (IND) and per OOD category "
+             "(mean over its perturbations); OOD avg: mean over the categories.", ""]
+    lines += _summary_table(report["ind"], report["categories"], report["ood_average"])
+    lines += ["", "| perturbation | category | strength | episodes | success (%) | change vs IND (points) | mean length |",
+              "|---|---|---:|---:|---:|---:|---:|",
+              f"| none (IND) | - | - | {report['ind_episodes']} | {percent(report['ind'])} | - | - |"]
+    lines += [_row_line(row, report["ind"]) for row in report["rows"]]
+    if report["skipped"]:
+        lines += ["", f"Not evaluated (the policy sees no images): {', '.join(report['skipped'])}."]
+    pro = report.get("libero_pro")
+    if pro:
+        lines += ["", "## LIBERO-PRO suites", "", "Their own tasks and initial states (not the IND episodes); "
+                  "category means over these suites only.", ""]
+        lines += _summary_table(report["ind"], pro["categories"], pro["ood_average"])
+        lines += ["", "| LIBERO-PRO suite | category | strength | episodes | success (%) | change vs IND (points) | "
+                  "mean length |", "|---|---|---:|---:|---:|---:|---:|"]
+        lines += [_row_line(row, report["ind"]) for row in pro["rows"]]
+    return "\n".join(lines) + "\n"
+
+
+def summary_header() -> str:
+    """The seeds' table's columns: ``IND | Vision | Semantic | Execution | OOD avg``."""
+    return " | ".join(["IND"] + [COLUMNS[c] for c in CATEGORIES] + ["OOD avg"])
+
+
+def summary_values(report: dict) -> list[str]:
+    """A report's (or its ``libero_pro`` part's, with ``ind`` added) values for :func:`summary_header`."""
+    values = [report["ind"]] + [report["categories"].get(c) for c in CATEGORIES] + [report["ood_average"]]
+    return [percent(v) for v in values]
+
+
+def ood_report_from_rows(report: dict, directories: Sequence[str]) -> dict:
+    """``report`` with only the perturbation rows in ``directories`` (in that order), its category means and
+    OOD average recomputed over them: comparable across reports that were cut short at different rows."""
+    by_directory = {row["directory"]: row for row in report["rows"]}
+    rows = [by_directory[d] for d in directories]
+    categories = _category_means(rows)
+    return {**report, "rows": rows, "categories": categories, "ood_average": _ood_average(categories)}
+
+
+def _summary_table(ind: float, categories: dict, ood: float) -> list[str]:
+    values = summary_values({"ind": ind, "categories": categories, "ood_average": ood})
+    return ["| " + summary_header() + " |", "|" + "---:|" * 5, "| " + " | ".join(values) + " |"]
+
+
+def _row_line(row: dict, ind: float) -> str:
+    change = "n/a" if math.isnan(row["success_rate"]) or math.isnan(ind) else \
+        f"{100 * (row['success_rate'] - ind):+.1f}"
+    strength = "-" if row["strength"] is None else f"{row['strength']:g}"
+    return (f"| {row['perturbation']} | {row['category']} | {strength} | {row['episodes']} | "
+            f"{percent(row['success_rate'])} | {change} | {row['mean_length']:.1f} |")

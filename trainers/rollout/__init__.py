@@ -1,0 +1,3 @@
+"""Collecting experience: PPO's rollout collector and buffer, observation batching, pipelined stepping,
+and the episode runner that plays given (task, init state, seed) episodes over N envs.
+"""

@@ -1,0 +1,325 @@
+"""Run configuration: YAML file + ``key.sub=value`` overrides, validated against dataclasses.
+
+    >>> cfg = load_config("examples/configs/cartpole_ppo.yaml", ["ppo.learning_rate=1e-3", "env.num_envs=4"])  # doctest: +SKIP
+    >>> cfg.ppo.learning_rate                                                                                   # doctest: +SKIP
+    0.001
+
+Every key must exist in the schema below and every value must have the field's type; otherwise
+:class:`ConfigError` names the key (with the closest valid names). ``env.kwargs`` and
+``policy.kwargs`` are free-form dicts: the first goes to the env constructor, the second is checked
+against the policy's constructor. Override values are parsed as YAML (``a.b=[64,64]``,
+``a.b=null``, ``a.b=true``). ``save_config`` writes the resolved config that a run used.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import pathlib
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+import yaml
+from vla_gym.vector.wrapper_spec import WrapperSpecError, check_wrapper_specs
+
+
+class ConfigError(ValueError):
+    """A config key or value is invalid; the message names the key."""
+
+
+@dataclass
+class EnvConfig:
+    id: str = "CartPole-v1"
+    #: environments in all, split evenly over the ranks
+    num_envs: int = 8
+    vectorization: Literal["sync", "async"] = "sync"
+    #: keyword arguments of the env constructor (e.g. obs_mode, task_id, max_episode_steps)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    #: wrapper specs handed to vla_gym.make_vec (vla_gym env ids only), innermost first: EpisodeMetrics,
+    #: package.module:Class or {name: ActionChunk, kwargs: {chunk_size: 8}} (vla_gym/vector/wrapper_spec.py)
+    wrappers: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class PolicyConfig:
+    #: a registered name (mlp, cnn, ...) or "package.module:Class"
+    name: str = "mlp"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PPOConfig:
+    #: vector steps per rollout (each env contributes n_steps transitions)
+    n_steps: int = 128
+    #: minibatch size over all ranks; n_steps * env.num_envs / batch_size minibatches per epoch
+    batch_size: int = 64
+    n_epochs: int = 10
+    learning_rate: float = 3e-4
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    clip_range: float = 0.2
+    clip_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    #: value clipping around the rollout's values; null disables it
+    clip_range_vf: float | None = None
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    #: bootstrap V(final obs) at terminations too, as at truncations: for envs that terminate on success with a
+    #: dense reward (ManiSkill), so that succeeding is worth as much as staying successful (ManiSkill's PPO does so)
+    bootstrap_terminated: bool = False
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    max_grad_norm: float | None = 0.5
+    normalize_advantage: bool = True
+    #: stop an update's epochs early once the (all-ranks) approx KL exceeds this; null disables it
+    target_kl: float | None = None
+    adam_eps: float = 1e-5
+    #: checkpoint (SFT, PPO or GRPO) whose actor to start from; a critic it lacks starts fresh
+    init_checkpoint: str | None = None
+
+
+@dataclass
+class GRPOConfig:
+    #: rollouts per group; all start from the same initial state (same seed / task / init state)
+    group_size: int = 8
+    #: groups per update over all ranks (a multiple of the number of processes); a group never spans ranks
+    groups_per_update: int = 4
+    #: trajectory score: 1.0 if success at any step, or the episode return
+    score: Literal["success", "return"] = "success"
+    #: divide by the group's standard deviation (GRPO); false gives a plain group baseline (Dr. GRPO)
+    normalize_std: bool = False
+    #: skip groups whose scores are all equal (zero advantage, no signal)
+    filter_uniform_groups: bool = False
+    n_epochs: int = 4
+    #: minibatch size (transitions, over all ranks)
+    batch_size: int = 1024
+    learning_rate: float = 1e-4
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    clip_range: float = 0.2
+    ent_coef: float = 0.0
+    #: weight of the KL(policy || frozen initial policy) penalty; 0 disables the reference policy
+    kl_coef: float = 0.0
+    max_grad_norm: float | None = 1.0
+    target_kl: float | None = None
+    adam_eps: float = 1e-5
+    #: checkpoint (SFT, PPO or GRPO) whose actor to start from; its critic, if any, is dropped
+    init_checkpoint: str | None = None
+    #: draw each group's fixed initial state among the first N of its task's (null: all), so that the states
+    #: from N on stay held out for evaluation (``trainers/eval.py --first-init-state N``)
+    train_init_states: int | None = None
+
+
+@dataclass
+class SFTConfig:
+    """Behaviour cloning (trainers/sft.py). An SFT update is one optimizer step: checkpoint.every, eval.every and
+    logging.log_interval count them."""
+
+    #: LeRobot v3 dataset directory (``vla-gym demos ENV_ID --out DIR``)
+    dataset: str | None = None
+    #: passes over the dataset
+    epochs: int = 10
+    #: stop after this many optimizer steps (null: epochs decide); short runs
+    max_steps: int | None = None
+    #: frames per optimizer step over all ranks (a multiple of the number of processes)
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    weight_decay: float = 0.0
+    max_grad_norm: float | None = 1.0
+    adam_eps: float = 1e-8
+
+
+@dataclass
+class WandbConfig:
+    enabled: bool = False
+    project: str = "vla_gym"
+    entity: str | None = None
+    mode: Literal["online", "offline", "disabled"] = "online"
+
+
+@dataclass
+class LoggingConfig:
+    #: log scalars every this many updates
+    log_interval: int = 1
+    tensorboard: bool = True
+    progress_bar: bool = True
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+
+
+@dataclass
+class CheckpointConfig:
+    #: save every this many updates (0: only at the end)
+    every: int = 10
+    keep_last: int = 3
+    #: null: start fresh; "auto": latest checkpoint in the run dir if any; or a checkpoint path
+    resume: str | None = "auto"
+
+
+@dataclass
+class EvalConfig:
+    #: evaluate every this many updates (0: only at the end of training)
+    every: int = 0
+    #: episodes per evaluation
+    episodes: int = 20
+    num_envs: int = 1
+    deterministic: bool = True
+    #: after the final evaluation, record videos of its first video_episodes episodes (rank 0)
+    video: bool = False
+    video_episodes: int = 2
+    #: env kwargs that update env.kwargs for evaluation
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: env kwargs that update those again for the video env (e.g. cameras=[main] or render_mode=rgb_array)
+    video_env_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RolloutConfig:
+    #: S: split each process's envs into S stages that step in turn while the policy infers for the next one
+    #: (trainers/rollout/pipeline.py); S must divide the envs per process and needs env.vectorization=async; the same
+    #: trajectories as 1 (docs/scale.md)
+    pipeline_stages: int = 1
+
+
+@dataclass
+class DistributedConfig:
+    #: ddp: a whole policy per rank, gradients averaged (LoRA, models that fit once per device); fsdp: FSDP2 shards
+    #: parameters, gradients and optimizer state over the ranks (full fine-tunes of models that do not fit)
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+
+
+@dataclass
+class Config:
+    #: the run writes to {run_dir}/{name}/ (config.yaml, tensorboard/, checkpoints/, eval/)
+    name: str = "run"
+    run_dir: str = "runs"
+    seed: int = 0
+    #: environment steps in all (over all ranks)
+    total_timesteps: int = 100_000
+    #: stop training after this many seconds of learn() (then checkpoint and evaluate as usual); null: no limit
+    time_limit_s: float | None = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: torch intra-op threads per process (0: leave torch's default)
+    torch_threads: int = 1
+    env: EnvConfig = field(default_factory=EnvConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+
+    @property
+    def path(self) -> pathlib.Path:
+        return pathlib.Path(self.run_dir) / self.name
+
+
+# ----------------------------------------------------------------------------------- validation
+def _check_value(key: str, value: Any, hint: Any) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _check_value(key, value, inner[0])
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, key)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(repr, args))}")
+        return value
+    if hint is Any:
+        return value
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [_check_value(f"{key}[{i}]", v, args[0]) for i, v in enumerate(value)] if args else list(value)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return dict(value)
+    if hint in (bool, str):
+        if not isinstance(value, hint):
+            raise ConfigError(f"{key}: expected {'true or false' if hint is bool else 'a string'}, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, str):  # YAML 1.1 reads 3e-4 as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    raise TypeError(f"config field {key} has an unsupported type {hint!r}")
+
+
+def _build(cls: type, data: Any, prefix: str = "") -> Any:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    values = {}
+    for key, value in data.items():
+        full = f"{prefix}.{key}" if prefix else str(key)
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else f"; valid keys: {', '.join(names)}"
+            raise ConfigError(f"unknown config key {full!r}{hint}")
+        values[key] = _check_value(full, value, hints[key])
+    return cls(**values)
+
+
+def _set(tree: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        node = tree.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {dotted!r}: {part!r} is not a mapping")
+        tree = node
+    tree[parts[-1]] = value
+
+
+def config_from_dict(data: dict | None, overrides: list[str] = ()) -> Config:
+    """Validate ``data`` (plus ``key.sub=value`` overrides) into a :class:`Config`."""
+    data = _deep_copy(data or {})
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} must look like key.sub=value")
+        _set(data, key.strip(), yaml.safe_load(raw) if raw.strip() else "")
+    cfg = _build(Config, data)
+    try:  # a bad wrapper entry fails here, before any env is built
+        check_wrapper_specs(cfg.env.wrappers, key="env.wrappers")
+    except WrapperSpecError as exc:
+        raise ConfigError(str(exc)) from None
+    return cfg
+
+
+def load_config(path: str | pathlib.Path | None, overrides: list[str] = ()) -> Config:
+    """Read a YAML file (or start from defaults with ``path=None``) and apply overrides."""
+    data = {}
+    if path is not None:
+        data = yaml.safe_load(pathlib.Path(path).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: the top level of a config must be a mapping")
+    return config_from_dict(data, overrides)
+
+
+def save_config(cfg: Config, path: str | pathlib.Path) -> None:
+    pathlib.Path(path).write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+
+
+def _deep_copy(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {key: _deep_copy(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_deep_copy(value) for value in data]
+    return data

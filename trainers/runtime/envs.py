@@ -1,0 +1,58 @@
+"""Build a rank's shard of vector envs from an :class:`~vla_gym.trainers.runtime.config.EnvConfig`.
+
+    envs = make_envs(cfg.env, num_envs=4)                      # gymnasium VectorEnv
+    envs = make_envs(cfg.env, num_envs=1, kwargs={"render_mode": "rgb_array"})   # eval with video
+
+``VLA/...`` ids go through :func:`vla_gym.make_vec` (wrappers, async workers; ``env.wrappers`` entries are
+wrapper specs, parsed by :mod:`vla_gym.vector.wrapper_spec`: ``EpisodeMetrics``, ``package.module:Class`` or
+``{name: ActionChunk, kwargs: {chunk_size: 8}}``); any other gymnasium id
+(CartPole-v1, ...) through gymnasium's Sync/AsyncVectorEnv in SAME_STEP autoreset mode. The
+trainers handle both autoreset modes (NEXT_STEP and SAME_STEP), whichever the vector env reports.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+from vla_gym.trainers.runtime.config import EnvConfig
+from vla_gym.vector.wrapper_spec import parse_wrappers
+
+
+def make_envs(cfg: EnvConfig, num_envs: int, kwargs: dict[str, Any] | None = None) -> VectorEnv:
+    """``num_envs`` copies of ``cfg.id`` with ``cfg.kwargs`` updated by ``kwargs``."""
+    env_kwargs = {**cfg.kwargs, **(kwargs or {})}
+    if cfg.id.startswith("VLA/"):
+        import vla_gym
+
+        wrappers = parse_wrappers(cfg.wrappers, key="env.wrappers")
+        if not vla_gym.core.registry.check_env_id(cfg.id).available():
+            # its simulator is not installed: making one env here raises the backend's own error (what to
+            # install), cheaply and once, instead of a traceback from every worker process
+            vla_gym.make(cfg.id, **env_kwargs).close()
+        return vla_gym.make_vec(cfg.id, num_envs, vectorization=cfg.vectorization, wrappers=wrappers, **env_kwargs)
+    if cfg.wrappers:
+        raise ValueError(f"env.wrappers applies to vla_gym ids (VLA/...), not {cfg.id!r}; remove it")
+    factory = functools.partial(gym.make, cfg.id, **env_kwargs)
+    vector_cls = AsyncVectorEnv if cfg.vectorization == "async" else SyncVectorEnv
+    return vector_cls([factory] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def autoreset_mode(envs: VectorEnv) -> AutoresetMode:
+    """The vector env's autoreset mode (gymnasium's default, NEXT_STEP, when it does not say)."""
+    mode = envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    mode = AutoresetMode(mode)
+    if mode == AutoresetMode.DISABLED:
+        raise ValueError("vector envs with autoreset disabled are not supported: use NEXT_STEP or SAME_STEP")
+    return mode
+
+
+def env_attr(envs: VectorEnv, name: str, default: Any = None) -> Any:
+    """Attribute ``name`` of the first sub-env (through its wrappers), or ``default``."""
+    if isinstance(envs, AsyncVectorEnv) and not envs.call("has_wrapper_attr", name)[0]:
+        return default  # asking a worker for a missing attribute would shut the workers down
+    try:
+        return envs.get_attr(name)[0]
+    except AttributeError:
+        return default

