@@ -87,7 +87,7 @@ def table(rows: list[dict]) -> tuple[str, dict]:
 
 
 def plan(args) -> list[tuple[str, int, list[int]]]:
-    from vla_gym.data.experts.libero import SUPPORTED
+    from vla_gym.data.experts.libero_tasks import SUPPORTED
     from vla_gym.tasks.libero import suite_tasks
 
     per_task = []

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import vla_gym  # noqa: F401  (registers the ids)
-from vla_gym.data.experts.libero import SUPPORTED, libero_expert
+from vla_gym.data.experts.libero import libero_expert
+from vla_gym.data.experts.libero_tasks import SUPPORTED
 from vla_gym.tasks.libero import SUITE_MAX_STEPS, suite_tasks
 
 pytest.importorskip("libero.libero")

@@ -29,7 +29,9 @@ from typing import Any
 import numpy as np
 
 from vla_gym.backends.base import TaskSpec
-from vla_gym.data.lerobot.dataset import RecordedEpisode
+from vla_gym.data.experts.libero import libero_expert
+from vla_gym.data.experts.libero_tasks import SUPPORTED as LIBERO_SUPPORTED
+from vla_gym.data.lerobot import RecordedEpisode
 
 #: pd_ee_delta_pose maps action 1.0 to this many metres of end-effector motion per step
 EE_DELTA_SCALE = 0.1
@@ -71,19 +73,11 @@ def push_cube_expert(ms_env) -> np.ndarray:
 MANISKILL_EXPERTS: dict[str, Callable[[Any], np.ndarray]] = {"PushCube": push_cube_expert}
 
 
-def _libero_supported() -> frozenset:
-    try:
-        from vla_gym.data.experts.libero import SUPPORTED
-    except ImportError:
-        return frozenset()
-    return SUPPORTED
-
-
 def has_expert(task: TaskSpec) -> bool:
     """Whether :func:`expert_for` has an expert for ``task`` (no simulator needed)."""
     if task.name in MANISKILL_EXPERTS and "maniskill_id" in task.extra:
         return True
-    return (task.suite, task.name) in _libero_supported()
+    return (task.suite, task.name) in LIBERO_SUPPORTED
 
 
 def expert_for(env) -> Callable[[], np.ndarray]:
@@ -101,11 +95,9 @@ def expert_for(env) -> Callable[[], np.ndarray]:
         ms_env, expert = maniskill_env(env), MANISKILL_EXPERTS[task.name]
         return lambda: expert(ms_env)
     if task.suite.startswith("libero"):
-        from vla_gym.data.experts.libero import libero_expert
-
         return libero_expert(env)
     raise KeyError(f"no scripted expert for {task.suite}/{task.name}: experts exist for ManiSkill "
-                   f"{sorted(MANISKILL_EXPERTS)} and the LIBERO tasks in vla_gym.data.experts.libero.SUPPORTED")
+                   f"{sorted(MANISKILL_EXPERTS)} and the LIBERO tasks in vla_gym.data.experts.libero_tasks.SUPPORTED")
 
 
 def record_episode(env, seed: int | None = None, task_id: int | None = None, init_state_id: int | None = None,
