@@ -90,3 +90,36 @@ def test_ppo_trains_2000_steps(state_env, check_env):
     model.learn(total_timesteps=2000)
     assert model.num_timesteps >= 2000
     assert len(model.ep_info_buffer) >= 2000 // 50 - 1  # SB3's Monitor saw the 50-step episodes end
+
+
+def test_wrappers_record_their_arguments_so_the_spec_rebuilds_the_stack():
+    """gymnasium's convention: ``env.spec`` lists each wrapper with its arguments; ``gym.make(spec)`` rebuilds it."""
+    from vla_gym.wrappers import ActionChunk
+
+    env = EpisodeMetrics(ActionChunk(gym.make("VLA/ManiSkill-PushCube-v0", **STATE), chunk_size=4))
+    try:
+        spec = env.spec
+        assert [(w.name, w.kwargs) for w in spec.additional_wrappers] == [("ActionChunk", {"chunk_size": 4}),
+                                                                          ("EpisodeMetrics", {})]
+        rebuilt = gym.make(spec)
+        try:
+            assert type(rebuilt) is EpisodeMetrics and isinstance(rebuilt.env, ActionChunk)
+            assert rebuilt.env.chunk_size == 4 and rebuilt.action_space.shape == (4, 7)
+        finally:
+            rebuilt.close()
+    finally:
+        env.close()
+
+
+def test_episode_statistics_in_gymnasium_record_episode_statistics_form():
+    """``info["episode"]`` carries r / l / t as gymnasium's RecordEpisodeStatistics does, beside our keys."""
+    env = EpisodeMetrics(gym.make("VLA/ManiSkill-PushCube-v0", **STATE))
+    env.reset(seed=3)
+    total, steps, info = 0.0, 0, {}
+    while "episode" not in info:
+        _, reward, _, _, info = env.step(np.zeros(7))
+        total, steps = total + reward, steps + 1
+    env.close()
+    assert set(info["episode"]) == {"r", "l", "t"}
+    assert info["episode"]["r"] == pytest.approx(total) and info["episode"]["l"] == steps
+    assert info["episode"]["t"] >= 0 and info["episode_metrics"]["env/episode_len"] == steps

@@ -57,10 +57,11 @@ def wrappers_between(env: gym.Env) -> list[gym.Wrapper]:
     return layers[::-1]
 
 
-class ActionChunk(gym.Wrapper):
+class ActionChunk(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Run a chunk of ``chunk_size`` actions per step; only the last sub-step renders (module docstring)."""
 
     def __init__(self, env: gym.Env, chunk_size: int):
+        gym.utils.RecordConstructorArgs.__init__(self, chunk_size=chunk_size)
         super().__init__(env)
         if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")

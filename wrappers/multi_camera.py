@@ -36,11 +36,12 @@ from vla_gym.core.video import MAIN_ROLE, resize_image
 LAYOUTS = ("dict", "vla")
 
 
-class MultiCamera(gym.ObservationWrapper):
+class MultiCamera(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """Select, resize and lay out the camera images (see the module docstring)."""
 
     def __init__(self, env: gym.Env, cameras: Sequence[str] | None = None, size: int | tuple[int, int] | None = None,
                  channels_first: bool | None = None, layout: str = "dict"):
+        gym.utils.RecordConstructorArgs.__init__(self, cameras=cameras, size=size, channels_first=channels_first, layout=layout)
         super().__init__(env)
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")

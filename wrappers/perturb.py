@@ -31,10 +31,11 @@ from vla_gym.ood.perturbations import HELD_OUT_TEMPLATES, episode_generator, mak
 KEY = "perturbation"
 
 
-class Perturb(gym.Wrapper):
+class Perturb(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Apply perturbation ``kind`` at ``strength`` (None: its default) to every episode (see the module docstring)."""
 
     def __init__(self, env: gym.Env, kind: str, strength: float | None = None):
+        gym.utils.RecordConstructorArgs.__init__(self, kind=kind, strength=strength)
         super().__init__(env)
         self.perturbation = make_perturbation(kind, strength)
         self.kind = kind

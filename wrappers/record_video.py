@@ -32,12 +32,14 @@ from vla_gym.core.episodes import EpisodeCounter
 from vla_gym.core.video import MAIN_SIZE, SIDE_SIZE, video_frame
 
 
-class RecordEpisodeVideo(gym.Wrapper):
+class RecordEpisodeVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Write an MP4 of every ``every_n_episodes``-th episode to ``video_folder`` (module docstring)."""
 
     def __init__(self, env: gym.Env, video_folder: str, every_n_episodes: int = 1, fps: float | None = None,
                  name_prefix: str = "episode", env_index: int | None = None, overlay: bool = True,
                  main_size: int = MAIN_SIZE, side_size: int = SIDE_SIZE):
+        gym.utils.RecordConstructorArgs.__init__(self, video_folder=video_folder, every_n_episodes=every_n_episodes, fps=fps, name_prefix=name_prefix,
+            env_index=env_index, overlay=overlay, main_size=main_size, side_size=side_size)
         super().__init__(env)
         images_space = getattr(env.observation_space, "spaces", {}).get("images")
         if images_space is None or not getattr(images_space, "spaces", None):

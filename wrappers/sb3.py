@@ -39,10 +39,11 @@ def hash_instruction(text: str, dim: int = 64) -> np.ndarray:
     return vector / norm if norm > 0 else vector
 
 
-class SB3Compat(gym.ObservationWrapper):
+class SB3Compat(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """Flatten the unified observation into Box / Dict-of-Box (see the module docstring)."""
 
     def __init__(self, env: gym.Env, instruction: str = "drop", instruction_dim: int = 64, keep_images: bool = True):
+        gym.utils.RecordConstructorArgs.__init__(self, instruction=instruction, instruction_dim=instruction_dim, keep_images=keep_images)
         super().__init__(env)
         if instruction not in INSTRUCTION_MODES:
             raise ValueError(f"instruction must be one of {INSTRUCTION_MODES}, got {instruction!r}")
