@@ -20,7 +20,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 import pyarrow.parquet as pq  # noqa: E402
 
-from vla_gym.data.lerobot.dataset import DemoDataset, RecordedEpisode, encode_png, episode_table, write_dataset  # noqa: E402
+from vla_gym.data.lerobot import DemoDataset, RecordedEpisode, encode_png, episode_table, write_dataset  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

@@ -15,7 +15,7 @@ Episodes (jobs) are fixed up front: for every task of the env id that has an exp
 (spawned, each with its own env, jobs handed out in task order so a worker rarely rebuilds a scene) record
 them; each finished episode is written at once to ``OUT/.staging/`` (parquet, then a small JSON marker, both
 atomic). A killed run keeps those: the same command again runs only the missing jobs. When all are done the
-successful episodes (all with ``--keep-failures``) are laid out as the dataset (:func:`vla_gym.data.lerobot.dataset.write_dataset`),
+successful episodes (all with ``--keep-failures``) are laid out as the dataset (:func:`vla_gym.data.lerobot.write_dataset`),
 ``OUT/meta/vla_gym_demos.json`` records the command and per-task expert success, and the staging folder goes.
 """
 from __future__ import annotations
@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from vla_gym.core.registry import check_env_id
+
 SUMMARY_PATH = "meta/vla_gym_demos.json"
 ROBOT_TYPES = {"libero": "panda", "maniskill": "panda"}
 
@@ -50,9 +52,7 @@ class DemoJob:
 
 def env_tasks(env_id: str) -> tuple:
     """The TaskSpecs of a registered id, from the task tables (no simulator is built)."""
-    import vla_gym
-
-    entry = vla_gym.check_env_id(env_id)
+    entry = check_env_id(env_id)
     if entry.backend == "libero":
         from vla_gym.tasks.libero_pro import benchmark_name
         from vla_gym.tasks.libero import suite_tasks
@@ -122,7 +122,7 @@ def _close_worker_envs() -> None:
 
 def run_job(env_id: str, env_kwargs: dict, job: DemoJob, noise: float, staging: str, keep_failures: bool) -> dict:
     """Record one episode and stage it (parquet if kept, then the JSON marker); returns the marker."""
-    from vla_gym.data.lerobot.dataset import episode_table
+    from vla_gym.data.lerobot import episode_table
     from vla_gym.data.experts.dispatch import record_episode
 
     import pyarrow.parquet as pq
@@ -227,7 +227,7 @@ def _show(bar, markers: dict, advance: bool = False) -> None:
 
 def _finish(out: pathlib.Path, staging: pathlib.Path, spec: dict, jobs: list[DemoJob], markers: dict, tasks,
             env_id: str, resumed: int) -> dict[str, Any]:
-    from vla_gym.data.lerobot.dataset import write_dataset
+    from vla_gym.data.lerobot import write_dataset
     from vla_gym.core.registry import check_env_id
 
     kept = [job for job in jobs if markers[job.index]["success"] or spec["keep_failures"]]
