@@ -254,3 +254,29 @@ def test_grpo_update_with_only_uniform_groups_leaves_the_weights_alone():
     assert metrics["rollout/uniform_groups"] == 1 and metrics["train/optimizer_steps"] == 0
     assert all(torch.equal(before[k], v) for k, v in grpo.policy.state_dict().items())
     grpo.close()
+
+
+def test_callbacks_see_start_every_update_and_end_and_can_stop_training():
+    """Logging, checkpoints and evaluation are callbacks; a user's Callback gets the same three hooks."""
+    from vla_gym.trainers.runtime.callbacks import Callback
+
+    class Record(Callback):
+        def __init__(self):
+            self.events = []
+
+        def on_training_start(self, trainer):
+            self.events.append(("start", trainer.num_updates))
+
+        def on_update_end(self, trainer, metrics):
+            self.events.append(("update", trainer.num_updates))
+            return trainer.num_updates < 3  # False after the third update stops the run
+
+        def on_training_end(self, trainer):
+            self.events.append(("end", trainer.num_updates))
+
+    record, plain = Record(), []
+    model = PPO("mlp", "CartPole-v1", num_envs=2, n_steps=8, batch_size=16, n_epochs=1, seed=0)
+    model.learn(10_000, callback=[record, lambda algo, metrics: plain.append(algo.num_updates)])
+    model.close()
+    assert record.events == [("start", 0), ("update", 1), ("update", 2), ("update", 3), ("end", 3)]
+    assert plain == [1, 2, 3] and model.num_timesteps == 3 * 16

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import sys
 
-from vla_gym.trainers.algorithms.on_policy import OnPolicyAlgorithm, schedule
+from vla_gym.trainers.algorithms.on_policy import OnPolicyAlgorithm
+from vla_gym.trainers.algorithms.schedules import schedule
 from vla_gym.trainers.rollout.buffer import RolloutBuffer
 from vla_gym.trainers.runtime.checkpoint import load_actor_weights
 from vla_gym.trainers.algorithms.losses import clipped_policy_loss, explained_variance, value_loss

@@ -9,7 +9,7 @@
     >>> sft = SFT.from_config(load_config("examples/configs/maniskill_small_sft.yaml"))    # doctest: +SKIP
     >>> sft.learn().last_metrics["train/loss"]                                            # doctest: +SKIP
 
-The dataset is a LeRobot v3 directory (:class:`vla_gym.data.lerobot.dataset.DemoDataset`, ``sft.dataset``). The policy is
+The dataset is a LeRobot v3 directory (:class:`vla_gym.data.lerobot.DemoDataset`, ``sft.dataset``). The policy is
 ``policy.name`` / ``policy.kwargs`` built for ``env.*`` (the env whose spaces the policy acts in, and where it is
 evaluated); each optimizer step minimises the policy's own ``imitation_loss`` on ``sft.batch_size`` frames
 (split over the ranks, gradients all-reduced by DDP): token cross-entropy (action tokens), L1 of the chunk (OFT),
@@ -18,9 +18,10 @@ When ``env.wrappers`` holds an ``ActionChunk`` of K steps, the labels are K-step
 each frame on (padded with its last action; :meth:`DemoDataset.action_chunk`). LoRA, freezing and dtype are the
 policy's options (``policy.kwargs.lora``).
 
-The run directory, resume, logging (TensorBoard, progress bar) and checkpoint cadence are
-:class:`~vla_gym.trainers.runtime.run.TrainingRun`'s (``checkpoint.every``, ``logging.log_interval`` and ``eval.every``
-count optimizer steps); evaluation in the env is :class:`~vla_gym.trainers.evaluation.periodic.TrainingEvaluator`'s
+The run directory and resume are :class:`~vla_gym.trainers.runtime.run.TrainingRun`'s; logging, checkpoints and
+evaluation are the callbacks PPO and GRPO use (:mod:`vla_gym.trainers.runtime.callbacks`; ``checkpoint.every``,
+``logging.log_interval`` and ``eval.every`` count optimizer steps); evaluation in the env is
+:class:`~vla_gym.trainers.evaluation.periodic.TrainingEvaluator`'s
 (``eval.episodes`` fixed seeds, greedy; a final one into ``eval/eval.md``). Checkpoints hold what PPO/GRPO
 checkpoints hold (policy name, kwargs, spaces, trained parameters), so ``grpo.init_checkpoint``,
 ``trainers/eval.py --checkpoint`` and :func:`~vla_gym.trainers.runtime.checkpoint.load_policy` take them; the run's
@@ -34,13 +35,16 @@ import math
 import pathlib
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 from vla_gym.trainers.rollout.batch import to_torch
-from vla_gym.trainers.runtime.checkpoint import atomic_save, rng_state, set_rng_state
+from vla_gym.trainers.algorithms.schedules import schedule
+from vla_gym.trainers.runtime.callbacks import Callback, CallbackList, as_callback, default_callbacks
+from vla_gym.trainers.runtime.checkpoint import rng_state, set_rng_state
 from vla_gym.trainers.runtime.config import Config
 from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.envs import make_envs
@@ -95,7 +99,7 @@ class SFT:
     setup_errors = (ValueError, FileNotFoundError)
 
     def __init__(self, cfg: Config, dist: Distributed | None = None, write_run: bool = True):
-        from vla_gym.data.lerobot.dataset import DemoDataset
+        from vla_gym.data.lerobot import DemoDataset
 
         self.cfg, self.hp = cfg, cfg.sft
         if not self.hp.dataset:
@@ -155,23 +159,27 @@ class SFT:
         return to_torch(obs, self.device), torch.from_numpy(actions).to(self.device)
 
     # -------------------------------------------------------------------------------------- loop
-    def learn(self) -> SFT:
-        """Train for ``sft.epochs`` (or ``sft.max_steps``) optimizer steps, evaluating and checkpointing as
-        configured; returns self."""
-        from vla_gym.trainers.algorithms.on_policy import schedule
+    @property
+    def log_step(self) -> int:
+        """The x axis of SFT's logs: optimizer steps."""
+        return self.num_updates
 
+    log_unit = "optimizer steps"
+
+    def learn(self, callback: Callback | Callable | list | None = None) -> SFT:
+        """Train for ``sft.epochs`` (or ``sft.max_steps``) optimizer steps, evaluating and checkpointing as
+        configured (the callbacks PPO and GRPO use, plus ``callback``: see :mod:`vla_gym.trainers.runtime.callbacks`);
+        returns self."""
         run, hp = self.run, self.hp
+        callbacks = CallbackList(default_callbacks(final_copy="final.pt")
+                                 + [c for c in [as_callback(callback)] if c is not None])
         start = run.start_clock()
-        resume = run.open(self.device)
-        if resume is not None:
-            self.load_state(resume[1], restore_rng=True)
-            if self.dist.is_main:
-                print(f"resumed from {resume[0]} at step {self.num_updates}", flush=True)
-        run.start_logging(self.total_steps, initial_step=self.num_updates)
+        run.begin(self, self.total_steps, self.device)
         first = self.num_updates
         max_norm = hp.max_grad_norm if hp.max_grad_norm is not None else math.inf
         self.policy.train()
         try:
+            callbacks.on_training_start(self)
             while self.num_updates < self.total_steps and not run.out_of_time():
                 t0 = time.perf_counter()
                 lr = hp.learning_rate * schedule(hp.lr_schedule, self.num_updates / self.total_steps)
@@ -195,12 +203,9 @@ class SFT:
                     "time/total_fps": (self.num_updates - first) * hp.batch_size / max(now - start, 1e-9),
                 })
                 self.last_metrics = metrics
-                run.report_update(metrics, self.num_updates, self.num_updates)
-                if run.checkpoint_due(self.num_updates):
-                    self.save_checkpoint()
-                if self.evaluator.due(self.num_updates):
-                    self.evaluate(self.cfg.eval.episodes)
-            self._finish()
+                if callbacks.on_update_end(self, metrics) is False:
+                    break
+            callbacks.on_training_end(self)
         finally:
             run.stop_logging()
         return self
@@ -215,16 +220,13 @@ class SFT:
             self.policy.train()
         return self.last_eval
 
-    def _finish(self) -> None:
-        path = self.save_checkpoint() if self.run.checkpointer is not None else None
-        if self.dist.is_main and path is not None:
-            atomic_save(self.state_dict(), self.run.path / "final.pt")
-        if self.run.path is not None and self.cfg.eval.episodes > 0:
-            self.evaluate(self.cfg.eval.episodes, report_dir=self.run.path / "eval")
-            if self.cfg.eval.video and self.dist.is_main:
-                self.policy.eval()
-                self.last_eval["videos"] = self.evaluator.record_videos(
-                    self.policy, self.cfg.eval.video_episodes, self.run.path / "eval" / "videos")
+    def record_videos(self, episodes: int, directory: pathlib.Path) -> list[str]:
+        """MP4s of the first ``episodes`` evaluation episodes, played greedily."""
+        self.policy.eval()
+        try:
+            return self.evaluator.record_videos(self.policy, episodes, directory)
+        finally:
+            self.policy.train()
 
     # ------------------------------------------------------------------------------- checkpoints
     def state_dict(self, rng: list[Any] | None = None) -> dict[str, Any]:
@@ -251,8 +253,10 @@ class SFT:
 
     def save_checkpoint(self) -> pathlib.Path | None:
         """Collective (gathers RNG states); rank 0 writes ``checkpoints/ckpt_<step>.pt`` atomically."""
+        if self.run.checkpointer is None:
+            return None
         rng = self.dist.gather_objects(rng_state())
-        if not self.dist.is_main or self.run.checkpointer is None:
+        if not self.dist.is_main:
             return None
         return self.run.checkpointer.save(self.state_dict(rng), self.num_updates)
 

@@ -1,16 +1,18 @@
 """``OnPolicyAlgorithm``: the update loop PPO and GRPO share.
 
     model = PPO("mlp", "CartPole-v1", num_envs=8)      # or PPO.from_config(cfg, dist); see sb3_api.py
-    model.learn(100_000, callback=lambda algo, metrics: print(metrics["train/loss"]))
+    model.learn(100_000, callback=lambda algo, metrics: print(metrics["train/loss"]))   # or a Callback
 
 One update: the subclass fills a buffer (:meth:`collect_rollouts`), then this class runs ``n_epochs``
 passes over its minibatches with the subclass's :meth:`loss`, gradient clipping, the learning-rate
 schedule and the optional target-KL stop, and lets the policy update its running statistics. Metrics are
 averaged over ranks (rank 0 logs them). Around the loop, one module per job:
 
-- :mod:`.sb3_api`: keyword constructor, ``from_config``, ``save``, ``load``, ``predict`` (the base class);
-- :mod:`.run`: run directory, ``config.yaml``, resume, logger, checkpoint cadence, time budget (``self.run``);
-- :mod:`.periodic_eval`: evaluation episodes, reports and videos (``self.evaluator``).
+- :mod:`vla_gym.trainers.algorithms.sb3_api`: keyword constructor, ``from_config``, ``save``, ``load``, ``predict`` (the base class);
+- :mod:`vla_gym.trainers.runtime.run`: run directory, ``config.yaml``, resume, logger, time budget (``self.run``);
+- :mod:`vla_gym.trainers.runtime.callbacks`: logging, checkpoints and evaluation after each update and at the
+  end, the same callbacks as SFT's;
+- :mod:`vla_gym.trainers.evaluation.periodic`: evaluation episodes, reports and videos (``self.evaluator``).
 
 A subclass sets ``algo`` (its config section) and provides :meth:`collect_rollouts` and :meth:`loss`;
 the other hooks are optional.
@@ -29,6 +31,7 @@ import numpy as np
 import torch
 from vla_gym.trainers.rollout.batch import index
 from vla_gym.trainers.rollout.buffer import RolloutBuffer
+from vla_gym.trainers.runtime.callbacks import Callback, CallbackList, as_callback, default_callbacks
 from vla_gym.trainers.runtime.checkpoint import rng_state, set_rng_state
 from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.envs import make_envs
@@ -37,6 +40,7 @@ from vla_gym.trainers.rollout.pipeline import PipelineError, check_stages
 from vla_gym.trainers.policies import make_policy
 from vla_gym.trainers.runtime.run import TrainingRun
 from vla_gym.trainers.algorithms.sb3_api import SB3Interface
+from vla_gym.trainers.algorithms.schedules import schedule
 
 #: metrics every update reports (averaged over minibatches and ranks)
 TRAIN_KEYS = (
@@ -45,22 +49,6 @@ TRAIN_KEYS = (
 )
 #: the probability-ratio statistics, computed before a minibatch's step
 _RATIO_KEYS = ("train/actor/approx_kl", "train/actor/clip_fraction", "train/actor/clipped_ratio")
-
-
-def schedule(kind: str, progress: float) -> float:
-    """Multiplier of a scheduled value at ``progress`` in [0, 1] of the training budget.
-
-    >>> schedule("linear", 0.25), schedule("cosine", 0.5), schedule("constant", 0.9)
-    (0.75, 0.5, 1.0)
-    """
-    progress = min(max(progress, 0.0), 1.0)
-    if kind == "constant":
-        return 1.0
-    if kind == "linear":
-        return 1.0 - progress
-    if kind == "cosine":
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-    raise ValueError(f"unknown schedule {kind!r}; use constant, linear or cosine")
 
 
 class OnPolicyAlgorithm(SB3Interface):
@@ -153,21 +141,33 @@ class OnPolicyAlgorithm(SB3Interface):
     def progress(self) -> float:
         return self.num_timesteps / max(1, self._total_timesteps)
 
+    #: what log_step counts
+    log_unit = "env steps"
+
+    @property
+    def log_step(self) -> int:
+        """The x axis of this trainer's logs: env steps over all ranks."""
+        return self.num_timesteps
+
     @property
     def run_path(self) -> pathlib.Path | None:
         """``{run_dir}/{name}`` when this run writes files, else None."""
         return self.run.path
 
-    def learn(self, total_timesteps: int | None = None, callback: Callable[[OnPolicyAlgorithm, dict], Any] | None = None):
+    def learn(self, total_timesteps: int | None = None, callback: Callback | Callable | list | None = None):
         """Train until ``total_timesteps`` env steps (over all ranks) have been taken; returns self.
 
-        ``callback(algo, metrics)`` runs after every update; returning False stops training.
+        ``callback``: a :class:`~vla_gym.trainers.runtime.callbacks.Callback`, a list of them, or
+        ``fn(algo, metrics)`` run after every update; returning False stops training. It runs after the built-in
+        callbacks (log, checkpoint, evaluate).
         """
         self._total_timesteps = total_timesteps or self.cfg.total_timesteps
+        callbacks = CallbackList(default_callbacks() + [c for c in [as_callback(callback)] if c is not None])
         start_time = self.run.start_clock()
         self._start_run()
         start_steps = self.num_timesteps
         try:
+            callbacks.on_training_start(self)
             while self.num_timesteps < self._total_timesteps and not self.run.out_of_time():
                 t0 = time.perf_counter()
                 steps_before = self.num_timesteps
@@ -185,14 +185,9 @@ class OnPolicyAlgorithm(SB3Interface):
                     "time/elapsed_s": t2 - start_time,
                 })
                 self.last_metrics = metrics
-                self.run.report_update(metrics, self.num_updates, self.num_timesteps)
-                if self.run.checkpoint_due(self.num_updates):
-                    self.save_checkpoint()
-                if self.evaluator.due(self.num_updates):
-                    self.evaluate(self.cfg.eval.episodes)
-                if callback is not None and callback(self, metrics) is False:
+                if callbacks.on_update_end(self, metrics) is False:
                     break
-            self._finish_run()
+            callbacks.on_training_end(self)
         finally:
             self.run.stop_logging()
         return self
@@ -201,28 +196,12 @@ class OnPolicyAlgorithm(SB3Interface):
         """Envs, the run directory (and a resume), the logger, and the first episodes' seeds."""
         if self.envs is None:
             self.envs = make_envs(self.cfg.env, self.num_envs)
-        resume = self.run.open(self.device)
-        if resume is not None:
-            path, state = resume
-            self.load_state(state, restore_rng=True)
-            self.run.say(f"resumed from {path} at update {self.num_updates}, {self.num_timesteps} env steps")
-        self.run.start_logging(self._total_timesteps, initial_step=self.num_timesteps)
+        self.run.begin(self, self._total_timesteps, self.device)
         if not self._rollouts_started:
             # new episodes on every (re)start: seeds depend on rank and on how far training got
             base = self.cfg.seed + self.num_envs * self.dist.rank + 1_000_003 * self.num_updates
             self.start_rollouts([base + i for i in range(self.num_envs)])
             self._rollouts_started = True
-
-    def _finish_run(self) -> None:
-        """A last checkpoint, then the final evaluation with its report and videos (when a run writes files)."""
-        if self.run.checkpointer is not None:
-            self.save_checkpoint()
-        if self.run.path is not None and self.cfg.eval.episodes > 0:
-            with self.dist.gathered(self.policy):  # fsdp: rank 0 alone plays the videos
-                self.evaluate(self.cfg.eval.episodes, report_dir=self.run.path / "eval")
-                if self.cfg.eval.video and self.dist.is_main:
-                    self.last_eval["videos"] = self.record_videos(self.cfg.eval.video_episodes,
-                                                                  self.run.path / "eval" / "videos")
 
     # ---------------------------------------------------------------------------------- the update
     def _update(self, buffer: RolloutBuffer, num_minibatches: int) -> dict[str, float]:

@@ -6,7 +6,8 @@
 ``VLA/...`` ids go through :func:`vla_gym.make_vec` (wrappers, async workers; ``env.wrappers`` entries are
 wrapper specs, parsed by :mod:`vla_gym.vector.wrapper_spec`: ``EpisodeMetrics``, ``package.module:Class`` or
 ``{name: ActionChunk, kwargs: {chunk_size: 8}}``); any other gymnasium id
-(CartPole-v1, ...) through gymnasium's Sync/AsyncVectorEnv in SAME_STEP autoreset mode. The
+(CartPole-v1, ...) through vla_gym's Sync/Async vector envs (gymnasium's, plus per-sub-env reset options and
+stepping a subset of the sub-envs for pipelined rollouts: :mod:`vla_gym.vector.envs`) in SAME_STEP autoreset mode. The
 trainers handle both autoreset modes (NEXT_STEP and SAME_STEP), whichever the vector env reports.
 """
 from __future__ import annotations
@@ -15,8 +16,11 @@ import functools
 from typing import Any
 
 import gymnasium as gym
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv
+from vla_gym.core.make import make
+from vla_gym.core.registry import check_env_id
 from vla_gym.trainers.runtime.config import EnvConfig
+from vla_gym.vector.envs import VLAAsyncVectorEnv, VLASyncVectorEnv, make_vec
 from vla_gym.vector.wrapper_spec import parse_wrappers
 
 
@@ -24,19 +28,18 @@ def make_envs(cfg: EnvConfig, num_envs: int, kwargs: dict[str, Any] | None = Non
     """``num_envs`` copies of ``cfg.id`` with ``cfg.kwargs`` updated by ``kwargs``."""
     env_kwargs = {**cfg.kwargs, **(kwargs or {})}
     if cfg.id.startswith("VLA/"):
-        import vla_gym
-
         wrappers = parse_wrappers(cfg.wrappers, key="env.wrappers")
-        if not vla_gym.core.registry.check_env_id(cfg.id).available():
+        if not check_env_id(cfg.id).available():
             # its simulator is not installed: making one env here raises the backend's own error (what to
             # install), cheaply and once, instead of a traceback from every worker process
-            vla_gym.make(cfg.id, **env_kwargs).close()
-        return vla_gym.make_vec(cfg.id, num_envs, vectorization=cfg.vectorization, wrappers=wrappers, **env_kwargs)
+            make(cfg.id, **env_kwargs).close()
+        return make_vec(cfg.id, num_envs, vectorization=cfg.vectorization, wrappers=wrappers, **env_kwargs)
     if cfg.wrappers:
         raise ValueError(f"env.wrappers applies to vla_gym ids (VLA/...), not {cfg.id!r}; remove it")
     factory = functools.partial(gym.make, cfg.id, **env_kwargs)
-    vector_cls = AsyncVectorEnv if cfg.vectorization == "async" else SyncVectorEnv
-    return vector_cls([factory] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+    if cfg.vectorization == "async":
+        return VLAAsyncVectorEnv([factory] * num_envs, env_id=cfg.id, autoreset_mode=AutoresetMode.SAME_STEP)
+    return VLASyncVectorEnv([factory] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
 
 
 def autoreset_mode(envs: VectorEnv) -> AutoresetMode:

@@ -3,13 +3,12 @@ the logger (TensorBoard / W&B / progress bar), the checkpoint cadence and the wa
 
     run = TrainingRun(cfg, dist, path=cfg.path)    # path=None (the Python API's default): no files written
     run.start_clock()
-    resume = run.open(device)                      # collective; the first call makes the directory
-    if resume is not None:                         # (path, state) of the newest readable checkpoint
-        algo.load_state(resume[1], restore_rng=True)
-    run.start_logging(total_steps, initial_step=algo.num_timesteps)
+    run.begin(trainer, total_steps, device)        # collective: directory, resume into trainer, logger
     run.report_update(metrics, num_updates, num_timesteps)   # every update: logs, moves the progress bar
     if run.checkpoint_due(num_updates): ...                  # checkpoint.every
     run.stop_logging()
+
+The per-update calls are made by the callbacks of :mod:`vla_gym.trainers.runtime.callbacks`.
 
 Resume (``checkpoint.resume``): ``auto`` continues from the newest checkpoint of the run directory that
 can be read, saying which one and why a newer one was skipped (a file cut short by a full disk, say);
@@ -84,6 +83,17 @@ class TrainingRun:
         for error in skipped:
             self.say(f"{error}; resuming from {path}, the newest checkpoint that reads")
         return path, state
+
+    def begin(self, trainer, total_steps: int, map_location: str | torch.device = "cpu") -> None:
+        """Collective, what every trainer does before its first update: open the run directory, resume
+        ``trainer`` from the newest readable checkpoint (``trainer.load_state(state, restore_rng=True)``) and
+        start the logger at ``trainer.log_step`` (counted in ``trainer.log_unit``)."""
+        resume = self.open(map_location)
+        if resume is not None:
+            path, state = resume
+            trainer.load_state(state, restore_rng=True)
+            self.say(f"resumed from {path} at update {trainer.num_updates}, {trainer.log_step} {trainer.log_unit}")
+        self.start_logging(total_steps, initial_step=trainer.log_step)
 
     # ---------------------------------------------------------------------------------- logging
     def start_logging(self, total_steps: int, initial_step: int) -> None:

@@ -1,0 +1,98 @@
+"""One convention for every command line (``vla-gym``, ``trainers/*.py``, ``scripts/``, ``benchmarks/``).
+
+The same things have the same flags and the same list syntax everywhere:
+
+===================  =====================================================================================
+``--tasks IDS``      task ids of the env id; default all
+``--init-states IDS`` initial states of each task (LIBERO's fixed ones); default all / as the command says
+``--episodes-per-task N``  episodes per task
+``--seed N``         the first seed (simulator seeds of the episodes, or the training seed)
+``--seeds IDS``      several seeds (scripts that repeat a run)
+``--out DIR``        the output directory (report, dataset, figures); rerun with the same ``--out`` to resume
+``--workers N``      processes, each with its own env
+``--num-envs N``     envs per process
+===================  =====================================================================================
+
+``IDS`` is a list of non-negative integers written as numbers, comma lists and inclusive ranges, in one
+argument or several: ``--tasks 0 1 2``, ``--tasks 0,1,2``, ``--init-states 40-49``, ``--tasks 0-3,7 9``::
+
+    >>> parse_ids(["0-3,7", "9"])
+    [0, 1, 2, 3, 7, 9]
+    >>> parse_ids(["40-42"])
+    [40, 41, 42]
+
+Every parser shows examples at the end of ``--help`` (:func:`parser_with_examples`).
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+
+def parse_ids(tokens: str | Sequence[str] | None) -> list[int] | None:
+    """``["0-3,7", "9"]`` -> ``[0, 1, 2, 3, 7, 9]`` (sorted, no repeats); None stays None."""
+    if tokens is None:
+        return None
+    if isinstance(tokens, str):
+        tokens = [tokens]
+    ids: set[int] = set()
+    for token in tokens:
+        for part in str(token).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            first, dash, last = part.partition("-")
+            try:
+                low, high = int(first), int(last) if dash else int(first)
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"{token!r} is not a list of ids: write numbers, comma lists or ranges, e.g. 0 1 2, 0,1,2 or 0-4"
+                ) from None
+            if low < 0 or high < low:
+                raise argparse.ArgumentTypeError(f"{part!r}: ids are >= 0 and a range goes up, e.g. 40-49")
+            ids.update(range(low, high + 1))
+    return sorted(ids)
+
+
+class _IdsAction(argparse.Action):
+    """Stores ``parse_ids`` of the tokens; an error names the flag and the syntax."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            setattr(namespace, self.dest, parse_ids(values))
+        except argparse.ArgumentTypeError as error:
+            parser.error(f"{option_string}: {error}")
+
+
+def add_ids(parser: argparse.ArgumentParser, flag: str, help: str, default=None) -> None:
+    """A flag that takes ``IDS`` (see the module docstring), parsed to a sorted list of ints."""
+    parser.add_argument(flag, nargs="+", action=_IdsAction, default=default, metavar="IDS",
+                        help=f"{help} (e.g. 0 1 2, 0,1,2 or 0-4)")
+
+
+def add_tasks(parser: argparse.ArgumentParser, help: str = "only these task ids of the env id (default: all)") -> None:
+    add_ids(parser, "--tasks", help)
+
+
+def add_init_states(parser: argparse.ArgumentParser, help: str = "initial states of each task") -> None:
+    add_ids(parser, "--init-states", help)
+
+
+def parser_with_examples(prog: str | None, description: str, examples: Sequence[str],
+                         parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """An ArgumentParser whose ``--help`` ends with ``examples`` (one command each), as every vla_gym CLI has.
+
+    >>> parser = parser_with_examples("demo", "Do a thing.", ["demo --tasks 0-2 --out runs/x"])
+    >>> "demo --tasks 0-2 --out runs/x" in parser.format_help()
+    True
+    """
+    epilog = "examples:\n" + "\n".join(f"  {example}" for example in examples)
+    if parser is None:
+        return argparse.ArgumentParser(prog=prog, description=description, epilog=epilog,
+                                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.description, parser.epilog = description, epilog
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    return parser
+
+
+__all__ = ["add_ids", "add_init_states", "add_tasks", "parse_ids", "parser_with_examples"]
