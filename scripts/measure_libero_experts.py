@@ -2,8 +2,8 @@
 
     python scripts/measure_libero_experts.py                       # Object + Spatial, all 50 init states
     python scripts/measure_libero_experts.py --quick               # 2 tasks x 2 init states per suite
-    python scripts/measure_libero_experts.py --suites libero_object --tasks 0 3 --processes 2
-    python scripts/measure_libero_experts.py --suites libero_goal --init-states 10   # Goal's tasks with an expert
+    python scripts/measure_libero_experts.py --suites libero_object --tasks 0 3 --workers 2
+    python scripts/measure_libero_experts.py --suites libero_goal --init-states 0-9   # Goal's tasks with an expert
 
 Each episode restores one of the task's fixed initial states, runs the expert (physics only: the
 cameras are never rendered after the reset) until success or the suite's episode limit, and
@@ -11,17 +11,18 @@ records success and length. Episodes stream to ``<out>/episodes.jsonl`` as they 
 with the same ``--out`` skips the episodes already there), and ``<out>/table.md`` /
 ``<out>/table.json`` hold the per-task success table, rewritten after every batch.
 Work is split into batches of (task, a slice of init states), handed out round robin over the tasks
-(a run stopped early still covers every task) to ``--processes`` spawned workers; each worker keeps
+(a run stopped early still covers every task) to ``--workers`` spawned processes; each worker keeps
 one env per suite across batches, so a scene is rebuilt only when a worker changes task.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import pathlib
 import sys
 import time
+
+from vla_gym.runtime.cli_args import add_init_states, add_tasks, parser_with_examples
 
 ENV_IDS = {
     "libero_object": "VLA/LiberoObject-v0", "libero_spatial": "VLA/LiberoSpatial-v0",
@@ -104,9 +105,10 @@ def plan(args) -> list[tuple[str, int, list[int]]]:
             if (suite, tasks[task_id].name) not in SUPPORTED:
                 raise SystemExit(f"--tasks {task_id}: {suite}/{tasks[task_id].name} has no scripted expert; "
                                  f"leave out --tasks to run every task of {suite} that has one")
-            count = args.init_states or (2 if args.quick else tasks[task_id].num_init_states)
-            ids = list(range(count))
-            per_task.append([(suite, task_id, ids[i:i + args.batch]) for i in range(0, count, args.batch)])
+            ids = args.init_states or list(range(2 if args.quick else tasks[task_id].num_init_states))
+            if ids[-1] >= tasks[task_id].num_init_states:
+                raise SystemExit(f"--init-states: {suite} task {task_id} has init states 0-{tasks[task_id].num_init_states - 1}")
+            per_task.append([(suite, task_id, ids[i:i + args.batch]) for i in range(0, len(ids), args.batch)])
     # round robin over tasks (each task's first slice, then each task's second, ...) so that a run
     # stopped early still covers every task
     rounds = max((len(slices) for slices in per_task), default=0)
@@ -114,18 +116,19 @@ def plan(args) -> list[tuple[str, int, list[int]]]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = parser_with_examples(None, __doc__.split("\n\n")[0], [
+        "python scripts/measure_libero_experts.py --quick",
+        "python scripts/measure_libero_experts.py --suites libero_object --tasks 0 3 --init-states 0-9 --workers 2",
+        "python scripts/measure_libero_experts.py --workers 2 --batch 5 --out runs/libero_experts_full",
+    ])
     parser.add_argument("--suites", nargs="+", default=["libero_object", "libero_spatial"])
-    parser.add_argument("--tasks", nargs="+", type=int,
-                        help="task indices within each suite (default: every task with an expert)")
-    parser.add_argument("--init-states", type=int, help="first N init states per task (default: all 50)")
+    add_tasks(parser, "task ids within each suite (default: every task with an expert)")
+    add_init_states(parser, "initial states of each task (default: all 50)")
     parser.add_argument("--quick", action="store_true", help="2 tasks x 2 init states per suite")
-    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2, help="processes, each with its own envs")
     parser.add_argument("--batch", type=int, default=10, help="init states per work item")
     parser.add_argument("--out", default="runs/libero_experts")
     args = parser.parse_args(argv)
-    if args.init_states is not None and args.init_states < 1:
-        parser.error("--init-states must be at least 1 (leave it out for all 50)")
 
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -136,7 +139,7 @@ def main(argv: list[str] | None = None) -> dict:
     batches = [b for b in batches if b[2]]
     planned = {(s, t, i) for s, t, ids in plan(args) for i in ids}
     print(f"{sum(len(b[2]) for b in batches)} episodes to run ({len(done)} already in {log}), "
-          f"{args.processes} processes", flush=True)
+          f"{args.workers} workers", flush=True)
 
     def write() -> dict:
         markdown, data = table([r for r in rows if (r["suite"], r["task_id"], r["init_state_id"]) in planned])
@@ -146,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
         return data
 
     start = time.perf_counter()
-    with multiprocessing.get_context("spawn").Pool(args.processes) as pool, log.open("a") as sink:
+    with multiprocessing.get_context("spawn").Pool(args.workers) as pool, log.open("a") as sink:
         for batch_rows in pool.imap_unordered(run_batch, batches):
             for row in batch_rows:
                 sink.write(json.dumps(row) + "\n")

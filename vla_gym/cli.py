@@ -4,7 +4,7 @@
     vla-gym list --backend libero
     vla-gym list --pro            # each LIBERO-PRO id (perturbed LIBERO suites), its OOD category, what it changes
     vla-gym check                 # are the rendering system packages there?
-    vla-gym demos VLA/LiberoObject-v0 --episodes-per-task 20 --out data/x --workers 2   # expert demos (LeRobot v3)
+    vla-gym demos VLA/LiberoObject-v0 --init-states 0-19 --out data/x --workers 2     # expert demos (LeRobot v3)
 """
 from __future__ import annotations
 
@@ -12,6 +12,11 @@ import argparse
 import sys
 
 from vla_gym.core.registry import ENTRIES
+from vla_gym.data import record as record_demos
+from vla_gym.runtime import system
+from vla_gym.runtime.cli_args import parser_with_examples
+from vla_gym.tasks import libero_pro
+from vla_gym.tasks.maniskill import TASKS
 
 #: how to get a backend that pip alone cannot install
 INSTALL_HINTS = {"behavior": "needs Isaac Sim + OmniGibson: docs/behavior.md"}
@@ -21,8 +26,6 @@ def missing_downloads(entry) -> list[str]:
     """ManiSkill ids among ``entry``'s tasks whose assets are not downloaded (empty for other backends)."""
     if entry.backend != "maniskill":
         return []
-    from vla_gym.tasks.maniskill import TASKS
-
     needing = [TASKS[name][0] for name in entry.kwargs.get("tasks", ()) if TASKS[name][2]]
     if not needing:
         return []
@@ -36,8 +39,6 @@ def runnable_status(entry, backend_importable: bool) -> str:
     if not backend_importable:
         return "no (" + INSTALL_HINTS.get(entry.backend, f'pip install "vla-gym[{entry.extra}]"') + ")"
     if entry.kwargs.get("perturbation"):
-        from vla_gym.tasks import libero_pro
-
         return libero_pro.installed_status()
     absent = missing_downloads(entry)
     if absent:
@@ -48,8 +49,6 @@ def runnable_status(entry, backend_importable: bool) -> str:
 
 def _pro_summary(base_entry, pro_entries: list, status: str) -> str:
     """One line under a LIBERO suite's row: its LIBERO-PRO ids by OOD category."""
-    from vla_gym.tasks import libero_pro
-
     ids = {entry.kwargs["perturbation"]: entry.env_id for entry in pro_entries}
     groups = libero_pro.variants_by_category(base_entry.kwargs["suite"])
     names = "; ".join(f"{group}: " + ", ".join(ids[v.perturbation].split("-")[-2] for v in found)
@@ -97,8 +96,6 @@ def list_envs(backend: str | None = None, out=sys.stdout) -> int:
 
 def list_pro(out=sys.stdout) -> int:
     """Every LIBERO-PRO suite the installed catalog knows: its id (or why it has none), category, changes."""
-    from vla_gym.tasks import libero_pro
-
     found = libero_pro.variants(include_unavailable=True)
     first = ENTRIES[next(v.env_id for v in found if v.env_id)]
     status = runnable_status(first, first.available())
@@ -118,23 +115,22 @@ def list_pro(out=sys.stdout) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vla-gym", description=__doc__.split("\n\n")[0])
+    parser = parser_with_examples("vla-gym", "The vla-gym command: list env ids, check the machine, record demos.", [
+        "vla-gym list --backend libero", "vla-gym list --pro", "vla-gym check", *record_demos.EXAMPLES[:1]])
     sub = parser.add_subparsers(dest="command", required=True)
     list_parser = sub.add_parser("list", help="list registered env ids")
+    parser_with_examples(None, "List the registered VLA/... ids: backend, tasks, runnable here.",
+                         ["vla-gym list", "vla-gym list --backend maniskill", "vla-gym list --pro"], parser=list_parser)
     list_parser.add_argument("--backend", help="only this backend (libero, maniskill, behavior)")
     list_parser.add_argument("--pro", action="store_true",
                              help="each LIBERO-PRO id (perturbed LIBERO suite), its OOD category and what it changes")
     sub.add_parser("check", help="check the system packages headless rendering needs")
-    from vla_gym.data import record as record_demos
-
     record_demos.add_arguments(sub.add_parser("demos", help="record scripted-expert episodes as a LeRobot v3 dataset"))
     args = parser.parse_args(argv)
     if args.command == "demos":
         return record_demos.main(args)
     if args.command == "list":
         return list_pro() if args.pro else list_envs(args.backend)
-    from vla_gym.runtime import system
-
     return system.main([])
 
 

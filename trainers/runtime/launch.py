@@ -16,11 +16,19 @@ import sys
 
 import yaml
 from vla_gym.core.errors import MissingSimulatorError, RenderingUnavailableError
+from vla_gym.runtime.cli_args import parser_with_examples
 from vla_gym.trainers.runtime.config import ConfigError, load_config
+from vla_gym.trainers.runtime.distributed import Distributed
 
 
-def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=description)
+def parse_args(argv: list[str] | None, description: str, script: str = "trainers/ppo.py",
+               example_config: str = "examples/configs/cartpole_ppo.yaml") -> argparse.Namespace:
+    parser = parser_with_examples(None, description, [
+        f"python {script} --config {example_config}",
+        f"python {script} --config {example_config} seed=1 name=seed1      # overrides: key.sub=value",
+        f"torchrun --nproc_per_node=2 {script} --config {example_config}",
+        f"python {script} --config {example_config} --print-config",
+    ])
     parser.add_argument("--config", help="YAML config (default: built-in defaults)")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides")
@@ -46,11 +54,11 @@ def train_main(algo_cls, argv: list[str] | None = None) -> int:
     ``setup_errors`` (exceptions of ``from_config`` whose message says what to do: exit code 2) and
     ``summary_lines(self)`` (what rank 0 prints at the end)."""
     description = getattr(algo_cls, "cli_description", f"Train with {algo_cls.__name__} (see docs/trainers.md)")
-    cfg, exit_code = resolve_config(parse_args(argv, description))
+    script = f"trainers/{algo_cls.algo}.py"
+    example = getattr(algo_cls, "cli_example_config", "examples/configs/cartpole_ppo.yaml")
+    cfg, exit_code = resolve_config(parse_args(argv, description, script, example))
     if cfg is None:
         return exit_code
-    from vla_gym.trainers.runtime.distributed import Distributed
-
     dist = Distributed.from_env(cfg.device)
     try:
         algo = algo_cls.from_config(cfg, dist=dist, write_run=True)

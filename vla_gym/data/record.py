@@ -9,8 +9,8 @@
     (4, 4)
 
 Episodes (jobs) are fixed up front: for every task of the env id that has an expert
-(:func:`vla_gym.data.experts.dispatch.has_expert`; ``--task-ids`` narrows them), ``--episodes-per-task`` attempts: initial states
-``--first-init-state`` .. +N-1 (default 0..N-1) for tasks with fixed initial states (LIBERO), or simulator seeds
+(:func:`vla_gym.data.experts.dispatch.has_expert`; ``--tasks`` narrows them), ``--episodes-per-task`` attempts: initial states
+``--init-states`` (default 0..N-1) for tasks with fixed initial states (LIBERO), or simulator seeds
 ``seed .. seed+N-1`` for tasks whose initial state comes from the seed (ManiSkill). ``--workers`` processes
 (spawned, each with its own env, jobs handed out in task order so a worker rarely rebuilds a scene) record
 them; each finished episode is written at once to ``OUT/.staging/`` (parquet, then a small JSON marker, both
@@ -35,6 +35,13 @@ from typing import Any
 import numpy as np
 
 from vla_gym.core.registry import check_env_id
+from vla_gym.runtime.cli_args import (
+    add_init_states,
+    add_legacy_first_init_state,
+    add_tasks,
+    init_state_range,
+    parser_with_examples,
+)
 
 SUMMARY_PATH = "meta/vla_gym_demos.json"
 ROBOT_TYPES = {"libero": "panda", "maniskill": "panda"}
@@ -76,7 +83,7 @@ def plan_jobs(tasks: Sequence, episodes_per_task: int, seed: int = 0, task_ids: 
         raise ValueError(f"--episodes-per-task must be >= 1, got {episodes_per_task}")
     chosen = [t for t in tasks if task_ids is None or t.index in task_ids]
     if task_ids is not None and len(chosen) != len(set(task_ids)):
-        raise ValueError(f"--task-ids {sorted(task_ids)}: this env has task ids 0..{len(tasks) - 1}")
+        raise ValueError(f"--tasks {sorted(task_ids)}: this env has task ids 0..{len(tasks) - 1}")
     with_expert = [t for t in chosen if has_expert(t)]
     if not with_expert:
         raise ValueError(f"none of the {len(chosen)} chosen tasks has a scripted expert "
@@ -87,7 +94,7 @@ def plan_jobs(tasks: Sequence, episodes_per_task: int, seed: int = 0, task_ids: 
             ids = range(first_init_state, first_init_state + episodes_per_task)
             if ids.start < 0 or ids.stop > task.num_init_states:
                 raise ValueError(f"initial states {ids.start}..{ids.stop - 1} asked, but task {task.name!r} has "
-                                 f"0..{task.num_init_states - 1}: lower --first-init-state / --episodes-per-task")
+                                 f"0..{task.num_init_states - 1}: choose --init-states within them")
             starts = [(i, seed + i) for i in ids]
         else:
             starts = [(None, seed + k) for k in range(episodes_per_task)]
@@ -259,17 +266,27 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- CLI
+EXAMPLES = (
+    "vla-gym demos VLA/ManiSkill-PushCube-v0 --episodes-per-task 20 --out data/pushcube",
+    "vla-gym demos VLA/LiberoObject-v0 --init-states 0-14 --image-size 128 --workers 2 --out data/libero_object",
+    "vla-gym demos VLA/LiberoSpatial-v0 --tasks 0-3 --init-states 0 1 2 --out data/spatial_0_3",
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser_with_examples(None, "Record scripted-expert episodes as a LeRobot v3 dataset (docs/sft.md).", EXAMPLES,
+                         parser=parser)
     parser.add_argument("env_id", help="a VLA/... id with scripted experts (LIBERO Object/Spatial, ManiSkill PushCube)")
     parser.add_argument("--out", required=True, help="dataset directory (LeRobot v3); rerun to resume")
-    parser.add_argument("--episodes-per-task", type=int, default=10, help="episodes attempted per task")
+    parser.add_argument("--episodes-per-task", type=int, default=None,
+                        help="episodes attempted per task (default 10; with --init-states: one per init state)")
     parser.add_argument("--workers", type=int, default=1, help="processes, each with its own env")
     parser.add_argument("--seed", type=int, default=0, help="first simulator seed")
     parser.add_argument("--noise", type=float, default=0.0,
                         help="DART: std of Gaussian noise on the executed actions (labels stay clean), e.g. 0.3")
-    parser.add_argument("--task-ids", type=int, nargs="+", help="only these tasks of the env id")
-    parser.add_argument("--first-init-state", type=int, default=0,
-                        help="tasks with fixed initial states (LIBERO) use FIRST .. FIRST+EPISODES_PER_TASK-1")
+    add_tasks(parser)
+    add_init_states(parser, "initial states of each task with fixed ones (LIBERO; default 0 .. EPISODES_PER_TASK-1)")
+    add_legacy_first_init_state(parser)
     parser.add_argument("--keep-failures", action="store_true", help="keep episodes the expert did not solve")
     parser.add_argument("--image-size", type=int, help="camera resolution (env default otherwise)")
     parser.add_argument("--cameras", nargs="+", help="camera roles to record (env default otherwise)")
@@ -296,11 +313,12 @@ def env_kwargs_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(args: argparse.Namespace) -> int:
     try:
+        episodes, first = init_state_range(args.init_states, args.first_init_state, args.episodes_per_task)
         summary = record_demos(
-            args.env_id, args.out, episodes_per_task=args.episodes_per_task, workers=args.workers, seed=args.seed,
-            noise=args.noise, task_ids=args.task_ids, first_init_state=args.first_init_state, keep_failures=args.keep_failures,
+            args.env_id, args.out, episodes_per_task=10 if episodes is None else episodes, workers=args.workers, seed=args.seed,
+            noise=args.noise, task_ids=args.tasks, first_init_state=first, keep_failures=args.keep_failures,
             progress=not args.no_progress, **env_kwargs_from_args(args))
-    except (ValueError, KeyError, RuntimeError) as error:
+    except (ValueError, KeyError, RuntimeError, argparse.ArgumentTypeError) as error:
         print(f"vla-gym demos: {error}", file=sys.stderr)
         return 2
     print(format_summary(summary))

@@ -78,6 +78,32 @@ def add_init_states(parser: argparse.ArgumentParser, help: str = "initial states
     add_ids(parser, "--init-states", help)
 
 
+def add_legacy_first_init_state(parser: argparse.ArgumentParser) -> None:
+    """The older ``--first-init-state K`` (states K.. with ``--episodes-per-task``), still accepted and not listed
+    in ``--help``: commands in old notes keep working, new ones write ``--init-states``."""
+    parser.add_argument("--first-init-state", type=int, default=None, help=argparse.SUPPRESS)
+
+
+def init_state_range(init_states: list[int] | None, first_init_state: int | None,
+                     episodes_per_task: int | None) -> tuple[int | None, int]:
+    """``--init-states`` (one contiguous range), the older ``--first-init-state`` and ``--episodes-per-task`` as
+    ``(episodes per task or None, first state)``.
+
+    >>> init_state_range([40, 41, 42], None, None), init_state_range(None, 40, 10), init_state_range(None, None, 5)
+    ((3, 40), (10, 40), (5, 0))
+    """
+    if init_states is None:
+        return episodes_per_task, first_init_state or 0
+    if first_init_state is not None:
+        raise argparse.ArgumentTypeError("--init-states and --first-init-state: give only --init-states")
+    if init_states != list(range(init_states[0], init_states[-1] + 1)):
+        raise argparse.ArgumentTypeError(f"--init-states {init_states}: give one contiguous range, e.g. 40-49")
+    if episodes_per_task is not None and episodes_per_task != len(init_states):
+        raise argparse.ArgumentTypeError(f"--init-states gives {len(init_states)} episodes per task, "
+                                         f"--episodes-per-task {episodes_per_task}: give only one of them")
+    return len(init_states), init_states[0]
+
+
 def parser_with_examples(prog: str | None, description: str, examples: Sequence[str],
                          parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """An ArgumentParser whose ``--help`` ends with ``examples`` (one command each), as every vla_gym CLI has.
@@ -95,4 +121,5 @@ def parser_with_examples(prog: str | None, description: str, examples: Sequence[
     return parser
 
 
-__all__ = ["add_ids", "add_init_states", "add_tasks", "parse_ids", "parser_with_examples"]
+__all__ = ["add_ids", "add_init_states", "add_legacy_first_init_state", "add_tasks", "init_state_range",
+           "parse_ids", "parser_with_examples"]
