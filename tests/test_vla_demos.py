@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("mani_skill")
 
-from vla_gym.data.experts.dispatch import collect_demos
+from vla_gym.data.expert_episodes import collect_demos
 
 
 def test_push_cube_expert_demos():

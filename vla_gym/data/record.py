@@ -35,6 +35,9 @@ from typing import Any
 import numpy as np
 
 from vla_gym.core.registry import check_env_id
+from vla_gym.data.expert_episodes import record_episode
+from vla_gym.data.experts.dispatch import has_expert
+from vla_gym.data.lerobot import episode_table, write_dataset
 from vla_gym.runtime.cli_args import (
     add_init_states,
     add_legacy_first_init_state,
@@ -77,8 +80,6 @@ def env_tasks(env_id: str) -> tuple:
 def plan_jobs(tasks: Sequence, episodes_per_task: int, seed: int = 0, task_ids: Sequence[int] | None = None,
               first_init_state: int = 0) -> list[DemoJob]:
     """Every episode to record, in task order (module docstring)."""
-    from vla_gym.data.experts.dispatch import has_expert
-
     if episodes_per_task < 1:
         raise ValueError(f"--episodes-per-task must be >= 1, got {episodes_per_task}")
     chosen = [t for t in tasks if task_ids is None or t.index in task_ids]
@@ -129,10 +130,7 @@ def _close_worker_envs() -> None:
 
 def run_job(env_id: str, env_kwargs: dict, job: DemoJob, noise: float, staging: str, keep_failures: bool) -> dict:
     """Record one episode and stage it (parquet if kept, then the JSON marker); returns the marker."""
-    from vla_gym.data.lerobot import episode_table
-    from vla_gym.data.experts.dispatch import record_episode
-
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # the [data] extra
 
     env = _worker_env(env_id, env_kwargs)
     rng = np.random.default_rng([job.seed, job.task_id, 0 if job.init_state_id is None else 1 + job.init_state_id])
@@ -234,8 +232,6 @@ def _show(bar, markers: dict, advance: bool = False) -> None:
 
 def _finish(out: pathlib.Path, staging: pathlib.Path, spec: dict, jobs: list[DemoJob], markers: dict, tasks,
             env_id: str, resumed: int) -> dict[str, Any]:
-    from vla_gym.data.lerobot import write_dataset
-    from vla_gym.core.registry import check_env_id
 
     kept = [job for job in jobs if markers[job.index]["success"] or spec["keep_failures"]]
     if not kept:
