@@ -17,8 +17,9 @@ pytest.importorskip("libero.libero")
 
 import vla_gym  # noqa: E402
 from vla_gym.trainers import GRPO  # noqa: E402
-from vla_gym.trainers.rollout.episode_runner import EpisodeRunner, EpisodeSpec  # noqa: E402
 from vla_gym.trainers.policies import make_policy  # noqa: E402
+from vla_gym.trainers.rollout.episode_plan import EpisodeSpec  # noqa: E402
+from vla_gym.trainers.rollout.episode_runner import EpisodeRunner  # noqa: E402
 
 SMALL = {"cameras": ["main"], "image_size": 32}
 
@@ -95,7 +96,7 @@ def test_task_affinity_keeps_scenes_and_spec_order():
     assert [r.index for r in results] == list(range(6)) and [r.spec for r in results] == specs
     assert [r.task_id for r in results] == [5, 5, 5, 40, 40, 40] and all(r.length == 3 for r in results)
     assert runner.loaded_tasks in ([5, 40], [40, 5])
-    assert envs.get_attr("task_id") == (None, None)  # the per-env pins are undone after the run
+    assert envs.get_attr("task_id") == (None, None)  # pinned through reset options: no attribute written
     # the next run on the same tasks builds nothing
     results = runner.run(specs[3:] + specs[:3], deterministic=False)
     assert scene_loads(envs) == 2 and [r.task_id for r in results] == [40, 40, 40, 5, 5, 5]

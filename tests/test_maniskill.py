@@ -433,10 +433,11 @@ def contract_envs(kind: str, **kwargs):
 def test_rollout_and_episode_runner_take_every_vector_env():
     """RolloutCollector and EpisodeRunner over gymnasium's Sync and Async envs and the batched env: the same
     episodes for the same seeds, truncations bootstrapped from final_obs, partial resets with options."""
-    from vla_gym.trainers.rollout.buffer import RolloutBuffer
-    from vla_gym.trainers.rollout.episode_runner import EpisodeRunner, EpisodeSpec
     from vla_gym.trainers.policies import make_policy
+    from vla_gym.trainers.rollout.buffer import RolloutBuffer
     from vla_gym.trainers.rollout.collector import RolloutCollector
+    from vla_gym.trainers.rollout.episode_plan import EpisodeSpec
+    from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
 
     torch = pytest.importorskip("torch")
     specs = [EpisodeSpec(seed=s, task_id=0) for s in (3, 4, 5)]

@@ -1,5 +1,6 @@
 """Pipelined rollouts (``rollout.pipeline_stages``): S=2 gives the same trajectories as S=1, for PPO's collector and
-GRPO's episode runner, on CartPole in worker processes and on LIBERO with action chunks; clear errors otherwise.
+GRPO's episode runner, on CartPole in worker processes and on LIBERO with action chunks; clear errors otherwise. The
+stepper uses the vector env's public ``step_rows_async`` / ``step_rows_wait`` only.
 
 Real envs in real async vector envs; the only tolerance is for the policy's forward pass on batches of 2 rows
 instead of 4 (float rounding of the matrix kernels, ~1e-7).
@@ -9,21 +10,41 @@ from __future__ import annotations
 import functools
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
-from vla_gym.trainers.rollout.buffer import RolloutBuffer
-from vla_gym.trainers.runtime.config import config_from_dict
-from vla_gym.trainers.rollout.episode_runner import EpisodeRunner, EpisodeSpec
-from vla_gym.trainers.rollout.pipeline import PipelineError, StagedStepper
+
 from vla_gym.trainers.policies import make_policy
+from vla_gym.trainers.rollout.buffer import RolloutBuffer
 from vla_gym.trainers.rollout.collector import RolloutCollector
+from vla_gym.trainers.rollout.episode_plan import EpisodeSpec
+from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
+from vla_gym.trainers.rollout.pipeline import PipelineError, StagedStepper
+from vla_gym.trainers.runtime.config import config_from_dict
+from vla_gym.vector.envs import VLAAsyncVectorEnv, concat_infos
 
 CLOSE = {"atol": 1e-5, "rtol": 1e-5}
 
 
-def cartpoles(n: int = 4) -> AsyncVectorEnv:
-    return AsyncVectorEnv([functools.partial(gym.make, "CartPole-v1")] * n, autoreset_mode=AutoresetMode.SAME_STEP)
+def cartpoles(n: int = 4) -> VLAAsyncVectorEnv:
+    return VLAAsyncVectorEnv([functools.partial(gym.make, "CartPole-v1")] * n, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+class PublicOnly:
+    """A vector env seen through its public methods only (no pipes, no gymnasium privates)."""
+
+    PUBLIC = ("num_envs", "metadata", "single_observation_space", "single_action_space", "observation_space",
+              "action_space", "steps_rows_in_background", "step_rows_async", "step_rows_wait", "reset", "step",
+              "get_attr", "close")
+
+    def __init__(self, envs):
+        self._envs = envs
+
+    def __getattr__(self, name):
+        if name not in self.PUBLIC:
+            raise AttributeError(f"{name} is not a public method of the vector env")
+        return getattr(self._envs, name)
 
 
 def ppo_rollouts(envs, stages: int, n_steps: int, rollouts: int = 2, **policy_kwargs) -> dict[str, torch.Tensor]:
@@ -140,6 +161,52 @@ def test_trainer_key_gives_the_same_update():
             torch.testing.assert_close(params[0][key], params[1][key], atol=1e-5, rtol=1e-4)
 
 
+def test_the_stepper_needs_only_the_public_row_methods():
+    """Two stages through step_rows_async / step_rows_wait alone give the vector env's own steps, infos included."""
+    envs, twin = PublicOnly(cartpoles()), cartpoles()
+    try:
+        stepper = StagedStepper(envs, 2)
+        assert stepper.can_pipeline
+        first, _ = envs.reset(seed=0)
+        np.testing.assert_array_equal(first, twin.reset(seed=0)[0])
+        rng = np.random.default_rng(0)
+        ends = 0
+        for _ in range(40):
+            actions = rng.integers(0, 2, 4)
+            expected = twin.step(actions)
+            stepper.send(0, actions[:2])
+            stepper.send(1, actions[2:])
+            np.testing.assert_array_equal(stepper.wait(0), expected[0][:2])
+            np.testing.assert_array_equal(stepper.wait(1), expected[0][2:])
+            got = stepper.results()
+            for one, two in zip(got[:4], expected[:4]):
+                np.testing.assert_array_equal(one, two)
+            assert got[4].keys() == expected[4].keys()
+            for key in ("_final_obs", "_final_info"):
+                if key in expected[4]:
+                    np.testing.assert_array_equal(got[4][key], expected[4][key])
+            ends += int((expected[2] | expected[3]).sum())
+        assert ends  # autoresets (final_obs / final_info) happened inside the stages
+        # the stepper drives the public methods: rows still stepping refuse a whole-env call
+        stepper.send(0, actions[:2])
+        with pytest.raises(gym.error.AlreadyPendingCallError, match="step_rows_wait"):
+            envs.step(actions)
+        stepper.drain()
+    finally:
+        envs.close()
+        twin.close()
+
+
+def test_concat_infos_is_the_whole_step_of_row_blocks():
+    left = {"success": np.array([True]), "_success": np.array([True]),
+            "final_info": {"x": np.array([1.5]), "_x": np.array([True])}, "_final_info": np.array([True])}
+    right = {"success": np.array([False, True]), "_success": np.array([True, True])}
+    infos = concat_infos([left, right], [1, 2])
+    assert infos["success"].tolist() == [True, False, True] and infos["_final_info"].tolist() == [True, False, False]
+    assert infos["final_info"]["x"].tolist() == [1.5, 0.0, 0.0]
+    assert infos["final_info"]["_x"].tolist() == [True, False, False]
+
+
 # ------------------------------------------------------------------------------------------ errors
 def test_stages_must_divide_the_envs_and_need_async_workers():
     envs = cartpoles(4)
@@ -155,12 +222,19 @@ def test_stages_must_divide_the_envs_and_need_async_workers():
         StagedStepper(sync, 2)
     StagedStepper(sync, 1)  # one stage: any vector env
     sync.close()
-    next_step = AsyncVectorEnv([functools.partial(gym.make, "CartPole-v1")] * 2)
+    next_step = VLAAsyncVectorEnv([functools.partial(gym.make, "CartPole-v1")] * 2)
     try:
         with pytest.raises(PipelineError, match="SAME_STEP"):
             StagedStepper(next_step, 2)
     finally:
         next_step.close()
+    gymnasiums = AsyncVectorEnv([functools.partial(gym.make, "CartPole-v1")] * 2,
+                                autoreset_mode=AutoresetMode.SAME_STEP)  # steps every sub-env at once
+    try:
+        with pytest.raises(PipelineError, match="step_rows_async.*vla_gym.make_vec"):
+            StagedStepper(gymnasiums, 2)
+    finally:
+        gymnasiums.close()
 
 
 def test_the_trainer_names_the_key_for_sync_envs():

@@ -5,16 +5,14 @@ import pathlib
 import numpy as np
 import pytest
 import torch
+
 from vla_gym.trainers import GRPO, PPO
+from vla_gym.trainers.evaluation.report import write_report
+from vla_gym.trainers.policies import make_policy
+from vla_gym.trainers.rollout.episode_plan import EpisodeSpec, suite_specs
+from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
 from vla_gym.trainers.runtime.config import EnvConfig
 from vla_gym.trainers.runtime.envs import make_envs
-from vla_gym.trainers.rollout.episode_runner import (
-    EpisodeRunner,
-    EpisodeSpec,
-    suite_specs,
-    write_report,
-)
-from vla_gym.trainers.policies import make_policy
 
 pytest.importorskip("mani_skill")
 PUSHCUBE = "VLA/ManiSkill-PushCube-v0"

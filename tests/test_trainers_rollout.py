@@ -1,14 +1,21 @@
-"""PPO's rollout across auto-resets: terminations are not bootstrapped, truncations are, in both autoreset modes."""
+"""PPO's rollout across auto-resets: terminations are not bootstrapped, truncations are, in both autoreset modes;
+the episode runner's specs, and its per-episode (task, init state) pins through ``reset(options=...)`` alone."""
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from vla_gym.trainers.rollout.buffer import RolloutBuffer
-from vla_gym.trainers.rollout.episode_runner import EpisodeRunner, EpisodeSpec
+
+from vla_gym.backends.base import Backend, TaskSpec
+from vla_gym.core.env import VLAEnv
+from vla_gym.trainers.policies import make_policy
 from vla_gym.trainers.policies.base import Policy
+from vla_gym.trainers.rollout.buffer import RolloutBuffer
 from vla_gym.trainers.rollout.collector import RolloutCollector
+from vla_gym.trainers.rollout.episode_plan import EpisodeSpec
+from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
+from vla_gym.vector.envs import VLAAsyncVectorEnv, VLASyncVectorEnv
 
 GAMMA = 0.5
 
@@ -143,3 +150,110 @@ def test_bootstrap_terminated_option_bootstraps_terminations_too(mode):
     collector.reset([0])
     collector.collect()
     assert buffer.rewards[:3, 0].tolist() == [1, 1, 1 + GAMMA * 30]  # V(final obs = 3) = 30
+
+
+# ------------------------------------------------------------------ per-env (task, init state) through reset options
+TOY_TASKS = [TaskSpec(k, "toy", f"task{k}", f"do task {k}", max_episode_steps=20, num_init_states=5) for k in range(3)]
+
+
+class ToyBackend(Backend):
+    """No simulator: succeeds after ``1 + init_state_id`` steps (the episode length shows the init state)."""
+
+    control_hz, state_dim = 10.0, 2
+
+    def __init__(self):
+        super().__init__(camera_roles=(), image_size=(8, 8))
+        self.loads: list[int] = []
+
+    def load(self, task):
+        self.task = task
+        self.loads.append(task.index)
+
+    def reset(self, init_state_id, seed):
+        self.init, self.t = init_state_id, 0
+
+    def step(self, action):
+        self.t += 1
+        return 1.0, self.t >= 1 + self.init
+
+    def state(self):
+        return np.array([self.task.index, self.init], np.float32)
+
+    def render(self):
+        return {}
+
+
+def toy_env() -> VLAEnv:
+    return VLAEnv(ToyBackend(), TOY_TASKS)
+
+
+def loads(envs) -> list[list[int]]:
+    return [env.unwrapped.backend.loads for env in envs.envs]
+
+
+@pytest.mark.parametrize("cls", [VLASyncVectorEnv, VLAAsyncVectorEnv])
+def test_one_reset_call_pins_each_sub_env_task_and_init_state(cls):
+    kwargs = {"context": "fork"} if cls is VLAAsyncVectorEnv else {}  # no simulator: fork is fine
+    envs = cls([toy_env] * 3, autoreset_mode=AutoresetMode.SAME_STEP, **kwargs)
+    try:
+        obs, infos = envs.reset(seed=[10, 11, 12], options={"per_env": [
+            {"task_id": 2, "init_state_id": 4}, {"task_id": 0, "init_state_id": 1}, None]})
+        assert list(infos["task_id"][:2]) == [2, 0] and list(infos["init_state_id"][:2]) == [4, 1]
+        assert infos["init_state_id"][2] == 12 % 5  # no options: the seed picks the init state
+        assert obs["state"][:2].tolist() == [[2, 4], [0, 1]]
+        # a partial reset: only sub-env 1, to its own episode; the others are not reset
+        obs, infos = envs.reset(seed=[None, 3, None], options={
+            "per_env": [{"task_id": 1}, {"task_id": 1, "init_state_id": 3}, None],
+            "reset_mask": np.array([False, True, False])})
+        assert obs["state"].tolist()[:2] == [[2, 4], [1, 3]] and list(infos["_task_id"]) == [False, True, False]
+        with pytest.raises(ValueError, match="one options dict"):
+            envs.reset(options={"per_env": [{"task_id": 0}]})
+    finally:
+        envs.close()
+
+
+def test_keep_task_holds_the_task_across_autoresets_only():
+    envs = VLASyncVectorEnv([toy_env] * 2, autoreset_mode=AutoresetMode.SAME_STEP)
+    envs.reset(seed=[0, 1], options={"per_env": [{"task_id": 2, "init_state_id": 0, "keep_task": True},
+                                                 {"task_id": 2, "init_state_id": 0}]})
+    tasks = []
+    for _ in range(8):  # every step ends both episodes (init state 0: success at once) and autoresets them
+        *_, infos = envs.step(np.zeros((2, 7)))
+        tasks.append(list(infos["task_id"]))
+    assert [row[0] for row in tasks] == [2] * 8 and loads(envs)[0] == [2]  # one scene for all its autoresets
+    assert {row[1] for row in tasks} != {2}  # without keep_task an autoreset draws the task
+    envs.reset(seed=[5, 6])  # a reset with a seed (or options) ends keep_task
+    envs.step(np.zeros((2, 7)))
+    assert envs.envs[0].unwrapped._kept_task is None
+    envs.close()
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_episode_runner_pins_episodes_through_reset_options_only(monkeypatch, stages):
+    """No sub-env attribute is written (set_attr) and each refill of freed envs is one reset call."""
+    envs = VLAAsyncVectorEnv([toy_env] * 2, autoreset_mode=AutoresetMode.SAME_STEP, context="fork")
+    resets = []
+    reset = envs.reset
+
+    def counted_reset(**kwargs):
+        resets.append(kwargs["options"])
+        return reset(**kwargs)
+
+    def no_set_attr(*args, **kwargs):
+        raise AssertionError("the runner writes no sub-env attributes")
+
+    monkeypatch.setattr(envs, "reset", counted_reset)
+    monkeypatch.setattr(envs, "set_attr", no_set_attr)
+    try:
+        policy = make_policy("mlp", envs.single_observation_space, envs.single_action_space, critic=False)
+        specs = [EpisodeSpec(seed=s, task_id=t, init_state_id=i)
+                 for s, (t, i) in enumerate([(2, 4), (0, 1), (2, 0), (1, 3), (0, 2)])]
+        results = EpisodeRunner(envs, policy, stages).run(specs)
+        assert [r.spec for r in results] == specs
+        assert [(r.task_id, r.length) for r in results] == [(s.task_id, 1 + s.init_state_id) for s in specs]
+        assert all("per_env" in options for options in resets) and len(resets) <= len(specs)
+        # keep_task: the autoreset at each episode end stays on the loaded task (no scene built for nothing)
+        assert [backend.loads for backend in envs.get_attr("backend")] == [[2], [0, 1]]
+        assert list(envs.get_attr("task_id")) == [None, None]  # nothing to restore
+    finally:
+        envs.close()

@@ -100,3 +100,23 @@ def test_sync_libero_cameras_and_video_per_sub_env(tmp_path):
     reader = imageio.get_reader(str(tmp_path / "episode-env1-00000.mp4"))
     frames = [frame for frame in reader]
     assert len(frames) == 2 and frames[0].shape == (448, 672, 3)
+
+
+def test_async_libero_resets_each_sub_env_into_its_own_episode_in_one_call():
+    """``reset(options={"per_env": [...]})``: one call pins each sub-env's task and initial state (the episode
+    runner's refills), a masked call resets only the masked sub-envs; ``keep_task`` holds the task at autoresets."""
+    pytest.importorskip("libero.libero", reason='LIBERO is not installed: pip install -e ".[libero]"')
+    envs = vla_gym.make_vec("VLA/LiberoObject-v0", 2, cameras=["main"], image_size=32, max_episode_steps=1)
+    try:
+        obs, infos = envs.reset(seed=[0, 1], options={"per_env": [
+            {"task_id": 3, "init_state_id": 7, "keep_task": True}, {"task_id": 5, "init_state_id": 2}]})
+        assert list(infos["task_id"]) == [3, 5] and list(infos["init_state_id"]) == [7, 2]
+        states = obs["state"].copy()
+        obs, infos = envs.reset(seed=[None, 9], options={
+            "per_env": [None, {"task_id": 5, "init_state_id": 2}], "reset_mask": np.array([False, True])})
+        assert list(infos["_task_id"]) == [False, True] and infos["task_id"][1] == 5
+        np.testing.assert_allclose(obs["state"], states, atol=1e-6)  # same (task, init state): same start
+        *_, truncated, infos = envs.step(np.zeros((2, 7)))  # 1-step episodes: both autoreset
+        assert truncated.all() and infos["task_id"][0] == 3  # keep_task: sub-env 0 stays on its task
+    finally:
+        envs.close()

@@ -9,7 +9,7 @@
 
 Pieces, one job each: :mod:`.config` (YAML + overrides), :mod:`.envs` (vector envs per rank),
 :mod:`.policies` (act / evaluate interface and registry), :mod:`.rollout` and :mod:`.buffer` (PPO data),
-:mod:`.advantages` (GAE, group advantages), :mod:`.losses`, :mod:`.episode_runner` (episode runner, reports),
+:mod:`.advantages` (GAE, group advantages), :mod:`.losses`, :mod:`.rollout.episode_runner` (episode runner; its specs in :mod:`.rollout.episode_plan`), :mod:`.evaluation.report` (reports),
 :mod:`.distributed`, :mod:`.logger`, :mod:`.checkpoint`, :mod:`.algorithm` (the update loop PPO and GRPO
 share), :mod:`.sb3_api` (keyword constructor, save / load / predict), :mod:`.run` (run directory, resume,
 logger, checkpoint cadence), :mod:`.periodic_eval` (evaluation episodes and videos during training).

@@ -22,17 +22,14 @@ import argparse
 import pathlib
 import sys
 
+from vla_gym.trainers.evaluation.ood import libero_pro_rows, observes_images, ood_markdown, parse_rows, run_ood
+from vla_gym.trainers.evaluation.report import markdown_table, write_report
+from vla_gym.trainers.rollout.episode_plan import suite_specs
+from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
 from vla_gym.trainers.runtime.checkpoint import CheckpointError, load_checkpoint, load_policy
 from vla_gym.trainers.runtime.config import ConfigError, config_from_dict
 from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.envs import make_envs
-from vla_gym.trainers.rollout.episode_runner import (
-    EpisodeRunner,
-    markdown_table,
-    suite_specs,
-    write_report,
-)
-from vla_gym.trainers.evaluation.ood import libero_pro_rows, observes_images, ood_markdown, parse_rows, run_ood
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -23,15 +23,17 @@ import warnings
 
 import numpy as np
 import torch
+
 from vla_gym.core.episodes import episode_sums
 from vla_gym.trainers.algorithms.advantages import group_advantages
+from vla_gym.trainers.algorithms.losses import clipped_policy_loss, kl_to_reference
 from vla_gym.trainers.algorithms.on_policy import OnPolicyAlgorithm
+from vla_gym.trainers.policies import policy_class
 from vla_gym.trainers.rollout.buffer import RolloutBuffer
+from vla_gym.trainers.rollout.episode_plan import EpisodeSpec
+from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
 from vla_gym.trainers.runtime.checkpoint import load_actor_weights
 from vla_gym.trainers.runtime.envs import env_attr
-from vla_gym.trainers.rollout.episode_runner import EpisodeRunner, EpisodeSpec
-from vla_gym.trainers.algorithms.losses import clipped_policy_loss, kl_to_reference
-from vla_gym.trainers.policies import policy_class
 
 
 class GRPO(OnPolicyAlgorithm):

@@ -1,3 +1,3 @@
-"""Evaluation during and after training: periodic evaluation with videos (``periodic``) and the OOD
-report (``ood``).
+"""Evaluation during and after training: periodic evaluation with videos (``periodic``), the OOD
+report (``ood``) and the per-task report of played episodes (``report``).
 """

@@ -30,8 +30,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from vla_gym.ood.perturbations import CATEGORIES, PERTURBATIONS, make_perturbation
+from vla_gym.trainers.runtime.checkpoint import atomic_write_text
 from vla_gym.trainers.runtime.distributed import Distributed
-from vla_gym.trainers.rollout.episode_runner import atomic_write_text
 
 #: column title of each category in the table
 COLUMNS = {"vision": "Vision", "semantic": "Semantic", "execution": "Execution"}
@@ -116,7 +116,7 @@ def observes_images(env_kwargs: dict) -> bool:
     return env_kwargs.get("obs_mode", "images") != "state"
 
 
-#: evaluate(env_config, directory, header) -> the summary of :func:`episode_runner.summarize` (None off rank 0)
+#: evaluate(env_config, directory, header) -> the summary of :func:`~vla_gym.trainers.evaluation.report.summarize` (None off rank 0)
 Evaluate = Callable[[Any, pathlib.Path, str], "dict | None"]
 
 

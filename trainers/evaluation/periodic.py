@@ -19,16 +19,14 @@ import pathlib
 from typing import Any
 
 from gymnasium.vector import VectorEnv
+
+from vla_gym.trainers.evaluation.report import summarize, write_report
+from vla_gym.trainers.policies import Policy
+from vla_gym.trainers.rollout.episode_plan import EpisodeSpec
+from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
 from vla_gym.trainers.runtime.config import Config
 from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.envs import make_envs
-from vla_gym.trainers.rollout.episode_runner import (
-    EpisodeRunner,
-    EpisodeSpec,
-    summarize,
-    write_report,
-)
-from vla_gym.trainers.policies import Policy
 from vla_gym.trainers.runtime.run import TrainingRun
 
 
@@ -49,7 +47,7 @@ class TrainingEvaluator:
     def evaluate(self, policy: Policy, episodes: int, num_updates: int, num_timesteps: int,
                  report_dir: pathlib.Path | None = None, deterministic: bool | None = None) -> dict[str, Any]:
         """Collective: play ``episodes`` episodes over the ranks, log ``eval/*`` and return the summary
-        (:func:`~vla_gym.trainers.rollout.episode_runner.summarize`); rank 0 writes the report to ``report_dir``."""
+        (:func:`~vla_gym.trainers.evaluation.report.summarize`); rank 0 writes the report to ``report_dir``."""
         header = f"# {self.cfg.name}: {self.cfg.env.id} at {num_timesteps} env steps"
         key = (num_updates, episodes, deterministic)
         if self._last is not None and self._last[0] == key:

@@ -1,6 +1,6 @@
 """Pipelined rollouts: a rank's envs in S stages, so that the policy infers for one while the others step.
 
-    stepper = StagedStepper(envs, stages=2)            # envs: an async vector env with SAME_STEP autoreset
+    stepper = StagedStepper(envs, stages=2)            # envs: vla_gym's async vector env, SAME_STEP autoreset
     stepper.send(0, actions_0); stepper.send(1, actions_1)   # each stage's sub-envs start stepping
     obs_0 = stepper.wait(0)      # stage 0's new observations (numpy rows); stage 1 still steps
     stepper.send(0, policy(obs_0))                      # ... infer and send stage 0 while stage 1 steps
@@ -12,9 +12,13 @@ and for :class:`~vla_gym.trainers.rollout.episode_runner.EpisodeRunner` (GRPO's 
 ``g*k .. (g+1)*k - 1`` (``k = num_envs / S``). Both collectors run the same loop for any S: for each stage in
 turn, wait for its step, infer its next actions and send them; once every stage has stepped, account the whole
 vector step (:meth:`StagedStepper.results`) exactly as before. With S=1 ``send``/``wait`` are one ``envs.step``
-(any vector env); with S>1 the stages' sub-envs must run in worker processes (``AsyncVectorEnv``, SAME_STEP
-autoreset: ``vla_gym.make_vec``'s default), stepped through their pipes directly (gymnasium's own
-``step_async`` / ``step_wait`` always step every sub-env).
+(any vector env); with S>1 the stages' sub-envs must run in worker processes with SAME_STEP autoreset, in a vector
+env that steps a subset of its sub-envs through public methods, as SB3's ``step_async`` / ``step_wait`` but per rows:
+``envs.step_rows_async(rows, actions)`` and ``envs.step_rows_wait(rows) -> (obs, rewards, terminated, truncated,
+infos)`` (:class:`vla_gym.vector.envs.VLAAsyncVectorEnv`: ``vla_gym.make_vec``'s async envs, and the trainers'
+``env.vectorization: async`` for gymnasium ids too; gymnasium's own ``step_async`` / ``step_wait`` always step
+every sub-env). The stepper uses nothing else of the vector env; :func:`vla_gym.vector.envs.concat_infos` joins
+the stages' infos into the whole step's.
 
 Same trajectories for every S: the envs see the same actions in the same states, provided the policy's sampling
 noise for an env does not depend on which other envs share its batch. The collectors therefore sample each row
@@ -23,7 +27,7 @@ global generator; GRPO: one per episode), for every S alike. The policy's forwar
 instead of N may differ in the last float bits (matrix kernels block differently); tests/test_pipeline.py
 checks observations, actions, rewards and log-probs of S=1 and S=2 against each other.
 
-A reset (the episode runner's, between episodes) needs every pipe idle: :meth:`StagedStepper.drain` waits for the
+A reset (the episode runner's, between episodes) needs every sub-env idle: :meth:`StagedStepper.drain` waits for the
 stages still stepping and keeps their results for their next :meth:`~StagedStepper.wait`.
 """
 from __future__ import annotations
@@ -34,9 +38,10 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv
-from vla_gym.trainers.rollout.batch import stack
-from vla_gym.trainers.runtime.envs import autoreset_mode
+
 from vla_gym.trainers.policies.distributions import row_generators  # noqa: F401  (re-exported for the collectors)
+from vla_gym.trainers.runtime.envs import autoreset_mode
+from vla_gym.vector.envs import concat_infos
 
 CONFIG_KEY = "rollout.pipeline_stages"
 
@@ -54,12 +59,21 @@ def check_stages(envs: VectorEnv, stages: int) -> None:
     if envs.num_envs % stages:
         raise PipelineError(f"{CONFIG_KEY}={stages} must divide the {envs.num_envs} envs of each process "
                             f"(env.num_envs / number of processes); use a divisor of {envs.num_envs}")
-    if not isinstance(envs, AsyncVectorEnv):
+    if not steps_rows_in_background(envs):
+        if isinstance(envs, AsyncVectorEnv):  # gymnasium's own: it steps every sub-env at once
+            raise PipelineError(f"{CONFIG_KEY}={stages} needs a vector env that steps some of its sub-envs "
+                                f"(step_rows_async / step_rows_wait): make it with vla_gym.make_vec or "
+                                f"vla_gym.vector.envs.VLAAsyncVectorEnv (got gymnasium's {type(envs).__name__})")
         raise PipelineError(f"{CONFIG_KEY}={stages} needs sub-envs that step in worker processes while the policy "
                             f"infers: set env.vectorization=async (got {type(envs).__name__})")
     if autoreset_mode(envs) != AutoresetMode.SAME_STEP:
         raise PipelineError(f"{CONFIG_KEY}={stages} needs SAME_STEP autoreset (vla_gym.make_vec's default); "
                             f"this vector env resets {autoreset_mode(envs).name}")
+
+
+def steps_rows_in_background(envs: VectorEnv) -> bool:
+    """Whether ``envs`` steps a subset of its sub-envs in worker processes (``step_rows_async`` returns at once)."""
+    return bool(getattr(envs, "steps_rows_in_background", False)) and callable(getattr(envs, "step_rows_async", None))
 
 
 class StagedStepper:
@@ -74,13 +88,13 @@ class StagedStepper:
         self._sent = [False] * stages                     # a step is on its way (S>1)
         self._early: list[Any] = [None] * stages          # obs of a stage drained ahead of its wait
         self._obs: list[Any] = [None] * stages            # each stage's observations of its last step
-        self._steps: list[tuple | None] = [None] * envs.num_envs   # per sub-env (reward, term, trunc, info)
+        self._steps: list[tuple | None] = [None] * stages  # each stage's (rewards, terminated, truncated, infos)
         self._whole: tuple | None = None                   # S=1: envs.step's result
 
     @property
     def can_pipeline(self) -> bool:
         """Whether these envs could run in stages (worker processes, SAME_STEP autoreset), whatever S is now."""
-        return isinstance(self.envs, AsyncVectorEnv) and autoreset_mode(self.envs) == AutoresetMode.SAME_STEP
+        return steps_rows_in_background(self.envs) and autoreset_mode(self.envs) == AutoresetMode.SAME_STEP
 
     def stage_of(self, env_index: int) -> int:
         return env_index // len(self.rows[0])
@@ -93,11 +107,7 @@ class StagedStepper:
             return
         if self._sent[stage] or self._early[stage] is not None:
             raise RuntimeError(f"stage {stage} is still stepping: wait({stage}) before sending it again")
-        try:
-            for row, action in zip(self.rows[stage], actions, strict=True):
-                self.envs.parent_pipes[row].send(("step", action))
-        except (EOFError, BrokenPipeError, ConnectionResetError) as exc:
-            raise self._crashed(exc) from exc
+        self.envs.step_rows_async(self.rows[stage], actions)
         self._sent[stage] = True
 
     def wait(self, stage: int) -> Any:
@@ -112,19 +122,8 @@ class StagedStepper:
         if not self._sent[stage]:
             raise RuntimeError(f"wait({stage}) without send({stage})")
         self._sent[stage] = False
-        rows = self.rows[stage]
-        try:
-            replies = [self.envs.parent_pipes[row].recv() for row in rows]
-        except (EOFError, BrokenPipeError, ConnectionResetError) as exc:
-            raise self._crashed(exc) from exc
-        successes = [success for _, success in replies]  # gymnasium counts the failures among all sub-envs
-        self.envs._raise_if_errors([True] * (self.envs.num_envs - len(rows)) + successes)
-        for row, (result, _) in zip(rows, replies):
-            self._steps[row] = result[1:]
-        if self.envs.shared_memory:  # the workers wrote their rows of the shared buffer
-            obs = _take(self.envs.observations, rows)
-        else:
-            obs = stack([result[0] for result, _ in replies])
+        obs, rewards, terminated, truncated, infos = self.envs.step_rows_wait(self.rows[stage])
+        self._steps[stage] = (rewards, terminated, truncated, infos)
         self._obs[stage] = obs
         return obs
 
@@ -132,7 +131,8 @@ class StagedStepper:
         """``terminated | truncated`` of the stage's rows in its last step."""
         if self.num_stages == 1:
             return np.asarray(self._whole[2]) | np.asarray(self._whole[3])
-        return np.array([bool(self._steps[row][1] or self._steps[row][2]) for row in self.rows[stage]])
+        _, terminated, truncated, _ = self._steps[stage]
+        return np.asarray(terminated) | np.asarray(truncated)
 
     def drain(self) -> None:
         """Wait for every stage still stepping; its results come out of its next :meth:`wait` (before a reset)."""
@@ -149,18 +149,9 @@ class StagedStepper:
         """The vector step every stage has just finished, as ``envs.step`` returns it (all sub-envs)."""
         if self.num_stages == 1:
             return self._whole
-        envs = self.envs
-        infos: dict = {}
-        for row, (_, _, _, info) in enumerate(self._steps):
-            infos = envs._add_info(infos, info, row)
-        rewards = np.array([step[0] for step in self._steps], dtype=np.float64)
-        terminated = np.array([step[1] for step in self._steps], dtype=np.bool_)
-        truncated = np.array([step[2] for step in self._steps], dtype=np.bool_)
-        return concat(self._obs), rewards, terminated, truncated, infos
-
-    def _crashed(self, exc: BaseException) -> BaseException:
-        crash_error = getattr(self.envs, "_crash_error", None)  # vla_gym's VLAAsyncVectorEnv names the sub-env
-        return crash_error("step()") if crash_error is not None else exc
+        rewards, terminated, truncated, infos = zip(*self._steps)
+        return (concat(self._obs), np.concatenate(rewards), np.concatenate(terminated), np.concatenate(truncated),
+                concat_infos(infos, [len(rows) for rows in self.rows]))
 
 
 def split(obs: Any, rows: Sequence[range]) -> list[Any]:

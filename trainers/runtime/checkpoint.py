@@ -10,6 +10,8 @@ so a run killed at any moment leaves either the previous checkpoint or the new o
 file. Stray ``*.tmp`` files of a killed save are ignored and cleaned up by the next save. A file
 damaged anyway (a full disk, a copy cut short) raises :class:`CheckpointError` naming it; resuming
 skips it for the newest checkpoint that reads.
+
+:func:`atomic_write_text` writes text files (evaluation reports) by the same rule.
 """
 from __future__ import annotations
 
@@ -87,9 +89,21 @@ def atomic_save(state: dict[str, Any], path: str | os.PathLike) -> pathlib.Path:
     """``torch.save`` to ``path.tmp``, fsync, then rename over ``path``."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    return _write_and_rename(path, path.with_name(path.name + ".tmp"), lambda handle: torch.save(state, handle))
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> pathlib.Path:
+    """Write ``text`` to ``path`` through a temporary file (``.<name>.<pid>.tmp``), fsync and a rename: a reader
+    never sees half a file (reports: ``eval.json``, ``eval.md``, ``ood.json``)."""
+    path = pathlib.Path(path)
+    return _write_and_rename(path, path.with_name(f".{path.name}.{os.getpid()}.tmp"),
+                             lambda handle: handle.write(text.encode()))
+
+
+def _write_and_rename(path: pathlib.Path, tmp: pathlib.Path, write) -> pathlib.Path:
+    """The one atomic-write rule of this module: ``write(handle)`` into ``tmp``, fsync, rename over ``path``."""
     with open(tmp, "wb") as handle:
-        torch.save(state, handle)
+        write(handle)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)

@@ -17,6 +17,7 @@ from typing import Any
 
 import gymnasium as gym
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv
+
 from vla_gym.core.make import make
 from vla_gym.core.registry import check_env_id
 from vla_gym.trainers.runtime.config import EnvConfig

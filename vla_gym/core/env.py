@@ -14,7 +14,11 @@ A :class:`~vla_gym.backends.base.Backend` owns the simulator.
 (training); the default keeps the task's one canonical instruction (evaluation).
 
 ``reset(options=...)`` accepts ``task_id`` and ``init_state_id`` to pin one episode (evaluation
-loops, GRPO groups).
+loops, GRPO groups), and ``keep_task=True`` to keep that episode's task for the resets after it that pass
+neither a seed nor options (a vector env's autoresets: a multi-task env then does not draw, and build, another
+task at each episode end) until the next reset that passes a seed or options. vla_gym's vector envs take one
+options dict per sub-env in a single call: ``reset(seed=[...], options={"per_env": [{"task_id": 3,
+"init_state_id": 7, "keep_task": True}, None, ...], "reset_mask": mask})`` (:func:`sub_env_options`).
 
 Seeds (:func:`draw_episode`, the one rule for every family and for the GPU-batched ManiSkill env):
 ``reset(seed=s)`` seeds the env's generator with ``s``, draws the task from it when the env has several
@@ -38,12 +42,42 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vla_gym.core import schema
 from vla_gym.backends.base import Backend, TaskSpec
-
+from vla_gym.core import schema
 
 #: simulator seeds drawn for unseeded resets lie in [0, SEED_BOUND): valid for every simulator
 SEED_BOUND = 2**31 - 1
+#: ``reset(options={PER_ENV_OPTIONS: [...]})`` on a vla_gym vector env: one options dict (or None) per sub-env
+PER_ENV_OPTIONS = "per_env"
+#: ``reset(options={KEEP_TASK: True, ...})``: later resets without a seed or options keep this reset's task
+KEEP_TASK = "keep_task"
+
+
+def sub_env_options(options: Mapping[str, Any] | None, num_envs: int) -> list[dict[str, Any] | None] | None:
+    """Each sub-env's reset options from a vector env's ``options`` (None: no per-env options were given).
+
+    ``options[PER_ENV_OPTIONS]`` holds one dict (or None) per sub-env; sub-env ``i`` gets the other keys of
+    ``options`` updated by its own dict. ``reset_mask`` / ``env_idx`` (which sub-envs reset) are the vector
+    env's and are not passed on; entries of sub-envs that do not reset are ignored.
+
+        >>> sub_env_options({"per_env": [{"task_id": 1}, None], "reset_mask": None, "x": 0}, 2)
+        [{'x': 0, 'task_id': 1}, {'x': 0}]
+        >>> sub_env_options({"task_id": 1}, 2) is None
+        True
+    """
+    if not options or PER_ENV_OPTIONS not in options:
+        return None
+    per_env = options[PER_ENV_OPTIONS]
+    if isinstance(per_env, (str, Mapping)) or not isinstance(per_env, Sequence) or len(per_env) != num_envs:
+        raise ValueError(f"options[{PER_ENV_OPTIONS!r}] must be a list of one options dict (or None) per sub-env "
+                         f"({num_envs}), got {per_env!r}")
+    shared = {k: v for k, v in options.items() if k not in (PER_ENV_OPTIONS, "reset_mask", "env_idx")}
+    out = []
+    for i, own in enumerate(per_env):
+        if own is not None and not isinstance(own, Mapping):
+            raise ValueError(f"options[{PER_ENV_OPTIONS!r}][{i}] must be a dict or None, got {own!r}")
+        out.append({**shared, **(own or {})})
+    return out
 
 
 @dataclass(frozen=True)
@@ -154,6 +188,7 @@ class VLAEnv(gym.Env):
             max_instruction_length=max(len(text) for t in self.tasks for text in (t.instruction, *t.paraphrases)),
         )
         self.task: TaskSpec | None = None
+        self._kept_task: int | None = None  # reset(options={"keep_task": True}): the task of option-less resets
         self.instruction: str = ""
         self.init_state_id: int | None = None
         self._images: dict[str, np.ndarray] | None = None
@@ -167,8 +202,12 @@ class VLAEnv(gym.Env):
     # ----------------------------------------------------------------------------------- gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        episode = draw_episode(self.np_random, self.tasks, seed, options, self.task_id, self.fixed_init_state_id,
+        told = seed is not None or options is not None  # else an autoreset: it keeps a kept task
+        task_id = self.task_id if told or self._kept_task is None else self._kept_task
+        episode = draw_episode(self.np_random, self.tasks, seed, options, task_id, self.fixed_init_state_id,
                                self.paraphrase_instructions, self.max_episode_steps_override)
+        if told:
+            self._kept_task = episode.task.index if (options or {}).get(KEEP_TASK) else None
         if episode.task is not self.task:
             self.backend.load(episode.task)
             self.task = episode.task

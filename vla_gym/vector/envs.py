@@ -9,7 +9,8 @@
 CPU simulators run one env per sub-env. ``vectorization="async"`` (default; gymnasium's
 ``AsyncVectorEnv``) puts each in its own worker process, started with ``spawn`` (so a script that calls
 it needs the usual ``if __name__ == "__main__":`` guard); observations come back through the pipes.
-``"sync"`` (``SyncVectorEnv``) runs them one after another in this process: for debugging and cheap envs.
+``"sync"`` (:class:`VLASyncVectorEnv`, a ``SyncVectorEnv``) runs them one after another in this process: for
+debugging and cheap envs.
 ``device="cuda"`` hands over to the GPU-batched ManiSkill backend
 (:func:`vla_gym.backends.maniskill.gpu.make_gpu_vector_env`), which simulates all sub-envs in one
 process.
@@ -34,12 +35,22 @@ a name (``"EpisodeMetrics"``, ``"package.module:Class"``) or ``{"name": ..., "kw
 an ``env_index`` parameter also gets the sub-env's index, e.g.
 ``functools.partial(RecordEpisodeVideo, video_folder="videos")``.
 
+Per-sub-env reset options: ``reset(seed=[...], options={"per_env": [options_0, options_1, ...], "reset_mask":
+mask})`` resets the masked sub-envs in one call, sub-env ``i`` with its own options dict (None: none) over the
+other keys of ``options`` (:func:`vla_gym.core.env.sub_env_options`); e.g. each its own ``task_id`` /
+``init_state_id`` (the episode runner's GRPO groups and evaluation episodes).
+
+Stepping some sub-envs only (pipelined rollouts, ``trainers/rollout/pipeline.py``): ``step_rows_async(rows,
+actions)`` / ``step_rows_wait(rows)``, SB3's ``step_async`` / ``step_wait`` for a subset of the sub-envs (the
+classes' docstrings). :func:`concat_infos` joins the infos of row blocks into the whole step's.
+
 Faults: if an async worker process dies (segfault, out-of-memory kill), the call raises
 :class:`WorkerCrashedError` naming the sub-env, its task and the exit code, and the vector env is
 closed (remaining workers are terminated): nothing hangs. Make a new vector env to continue.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import signal
@@ -48,8 +59,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.vector.async_vector_env import AsyncState
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
+from vla_gym.core.env import sub_env_options
 from vla_gym.core.make import make
 from vla_gym.core.registry import check_env_id
 from vla_gym.vector.wrapper_spec import parse_wrapper, parse_wrappers
@@ -97,11 +114,14 @@ def _describe_exit(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
-def _guard_worker_crash(method, during: str):
-    """Turn a dead worker's broken pipe into a WorkerCrashedError and close the vector env."""
+def _guard_worker_crash(method, during: str, needs_idle_rows: bool = False):
+    """Turn a dead worker's broken pipe into a WorkerCrashedError and close the vector env; with
+    ``needs_idle_rows``, refuse while sub-envs started by ``step_rows_async`` still step."""
 
     @functools.wraps(method)
     def guarded(self, *args, **kwargs):
+        if needs_idle_rows:
+            self._check_no_rows_stepping(during)
         try:
             result = method(self, *args, **kwargs)
         except (EOFError, BrokenPipeError, ConnectionResetError) as exc:
@@ -113,21 +133,158 @@ def _guard_worker_crash(method, during: str):
     return guarded
 
 
-class VLAAsyncVectorEnv(AsyncVectorEnv):
-    """gymnasium's AsyncVectorEnv that reports a dead worker by sub-env index and task (module docstring)."""
+class _RowSteppingMixin:
+    """What vla_gym's CPU vector envs share: per-sub-env reset options and stepping a subset of the sub-envs."""
+
+    #: (class attribute) reset(options={"per_env": [...]}) gives each sub-env its own options
+    accepts_per_env_options = True
+    #: whether step_rows_async returns while the sub-envs step (worker processes) or they step in step_rows_wait
+    steps_rows_in_background = False
+
+    def _check_rows(self, rows: Iterable[int]) -> list[int]:
+        rows = [int(row) for row in rows]
+        if not rows or len(set(rows)) != len(rows) or not all(0 <= row < self.num_envs for row in rows):
+            raise ValueError(f"rows must be distinct sub-env indices in 0..{self.num_envs - 1}, got {rows}")
+        return rows
+
+    def _row_actions(self, rows: list[int], actions: Any) -> list[Any]:
+        """The actions batch of ``rows`` (first axis: one per row, as ``step`` takes for all sub-envs), per row."""
+        spaces_by_size = self.__dict__.setdefault("_row_action_spaces", {})
+        if len(rows) not in spaces_by_size:
+            spaces_by_size[len(rows)] = batch_space(self.single_action_space, len(rows))
+        per_row = list(iterate(spaces_by_size[len(rows)], actions))
+        if len(per_row) != len(rows):
+            raise ValueError(f"step_rows_async got {len(per_row)} actions for {len(rows)} rows")
+        return per_row
+
+    def _check_no_rows_stepping(self, during: str) -> None:
+        if self._rows_stepping:
+            raise AlreadyPendingCallError(
+                f"sub-envs {sorted(self._rows_stepping)} are still stepping (step_rows_async): call "
+                f"step_rows_wait for them before {during}", "step")
+
+    def _start_rows(self, rows: Iterable[int]) -> list[int]:
+        rows = self._check_rows(rows)
+        busy = sorted(set(rows) & self._rows_stepping)
+        if busy:
+            raise AlreadyPendingCallError(f"sub-envs {busy} are still stepping: step_rows_wait({busy}) first", "step")
+        return rows
+
+    def _finish_rows(self, rows: Iterable[int]) -> list[int]:
+        rows = self._check_rows(rows)
+        idle = sorted(set(rows) - self._rows_stepping)
+        if idle:
+            raise NoAsyncCallError(f"step_rows_wait for sub-envs {idle} without step_rows_async", "step")
+        return rows
+
+    def _rows_result(self, rows: list[int], results: Sequence[tuple]) -> tuple:
+        """(obs, rewards, terminated, truncated, infos) of ``rows`` from each row's ``(obs, r, term, trunc, info)``;
+        ``obs`` of a row is None where it already is in ``observations`` (shared memory)."""
+        if all(result[0] is None for result in results):
+            obs = _take_rows(self.single_observation_space, self.observations, rows)
+        else:
+            obs = concatenate(self.single_observation_space, [result[0] for result in results],
+                              create_empty_array(self.single_observation_space, n=len(rows)))
+        infos: dict[str, Any] = {}
+        for row, result in zip(rows, results):
+            infos = self._add_info(infos, result[4], row)
+        return (obs, np.array([result[1] for result in results], dtype=np.float64),
+                np.array([result[2] for result in results], dtype=np.bool_),
+                np.array([result[3] for result in results], dtype=np.bool_), _info_rows(infos, rows))
+
+
+class VLAAsyncVectorEnv(_RowSteppingMixin, AsyncVectorEnv):
+    """gymnasium's AsyncVectorEnv that reports a dead worker by sub-env index and task (module docstring), takes
+    per-sub-env reset options and steps any subset of its sub-envs while the others step.
+
+    ``step_rows_async(rows, actions)``: start the sub-envs ``rows`` (distinct indices; none of them may still be
+    stepping) on ``actions`` (a batch with one action per row, in ``rows`` order) and return at once; other rows
+    may be started before these are waited for. ``step_rows_wait(rows)``: wait for exactly those sub-envs and
+    return ``(obs, rewards, terminated, truncated, infos)`` of ``rows`` in ``rows`` order, as ``step`` returns them
+    for all sub-envs (autoresets included: SAME_STEP puts ``final_obs`` / ``final_info`` in the infos): ``obs`` a
+    batch of ``len(rows)`` (a copy), ``rewards`` float64, ``terminated`` / ``truncated`` bool, ``infos`` a vector
+    info dict of ``len(rows)`` entries (``_key`` masks). :func:`concat_infos` joins the infos of several row
+    blocks into those of a whole step. While rows step, ``step`` / ``reset`` / ``call`` / ``set_attr`` raise
+    ``AlreadyPendingCallError``; ``close`` waits for them.
+
+        envs.step_rows_async([0, 1], actions[:2]); envs.step_rows_async([2, 3], actions[2:])
+        obs01, rewards01, terminated01, truncated01, infos01 = envs.step_rows_wait([0, 1])   # 2, 3 still step
+
+    ``reset(seed=[...], options={"per_env": [dict or None per sub-env], "reset_mask": mask})``: sub-env ``i``
+    resets with the other keys of ``options`` updated by its own dict (module docstring).
+    """
+
+    steps_rows_in_background = True
 
     def __init__(self, env_fns, env_id: str = "", **kwargs):
         self.env_id = env_id
         self._task_names = ["not reset yet"] * len(env_fns)
+        self._rows_stepping: set[int] = set()
         super().__init__(env_fns, **kwargs)
 
-    def _remember_tasks(self, infos: Mapping[str, Any]) -> None:
+    def _remember_tasks(self, infos: Mapping[str, Any], rows: Sequence[int] | None = None) -> None:
         names, mask = infos.get("task_name"), infos.get("_task_name")
         if names is None or mask is None:
             return
-        for index in range(self.num_envs):
-            if mask[index]:
-                self._task_names[index] = str(names[index])
+        for k, index in enumerate(range(self.num_envs) if rows is None else rows):
+            if mask[k]:
+                self._task_names[index] = str(names[k])
+
+    # ------------------------------------------------------------------------------- some sub-envs
+    def step_rows_async(self, rows: Sequence[int], actions: Any) -> None:
+        """Start sub-envs ``rows`` stepping on ``actions`` (one per row); see the class docstring."""
+        self._assert_is_running()
+        if self._state != AsyncState.DEFAULT:
+            raise AlreadyPendingCallError(f"step_rows_async while waiting for {self._state.value}",
+                                          str(self._state.value))
+        rows = self._start_rows(rows)
+        per_row = self._row_actions(rows, actions)
+        try:
+            for row, action in zip(rows, per_row):
+                self.parent_pipes[row].send(("step", action))
+                self._rows_stepping.add(row)
+        except (EOFError, BrokenPipeError, ConnectionResetError) as exc:
+            raise self._crash_error("step()") from exc
+
+    def step_rows_wait(self, rows: Sequence[int]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """Wait for sub-envs ``rows`` (started by :meth:`step_rows_async`) and return their step; see the class
+        docstring."""
+        self._assert_is_running()
+        rows = self._finish_rows(rows)
+        try:
+            replies = [self.parent_pipes[row].recv() for row in rows]
+        except (EOFError, BrokenPipeError, ConnectionResetError) as exc:
+            raise self._crash_error("step()") from exc
+        finally:
+            self._rows_stepping.difference_update(rows)
+        # gymnasium counts the failures among all sub-envs: the others are fine
+        self._raise_if_errors([True] * (self.num_envs - len(rows)) + [success for _, success in replies])
+        result = self._rows_result(rows, [reply for reply, _ in replies])
+        self._remember_tasks(result[-1], rows)
+        return result
+
+    # ----------------------------------------------------------------------------- per-env options
+    def _reset_async(self, seed=None, options=None) -> None:
+        per_env = sub_env_options(options, self.num_envs)
+        if per_env is None:
+            return AsyncVectorEnv.reset_async(self, seed=seed, options=options)
+        self._assert_is_running()
+        if self._state != AsyncState.DEFAULT:
+            raise AlreadyPendingCallError(f"Calling `reset_async` while waiting for a pending call to "
+                                          f"`{self._state.value}` to complete", str(self._state.value))
+        seeds, mask = _seeds_and_mask(seed, options, self.num_envs)
+        for pipe, env_seed, env_reset, env_options in zip(self.parent_pipes, seeds, mask, per_env, strict=True):
+            pipe.send(("reset", {"seed": env_seed, "options": env_options}) if env_reset else ("reset-noop", None))
+        self._state = AsyncState.WAITING_RESET
+
+    def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
+        if self._rows_stepping and not terminate:  # let the workers finish their steps, then close them
+            try:
+                self.step_rows_wait(sorted(self._rows_stepping))
+            except Exception:  # noqa: BLE001 - closing anyway
+                terminate = True
+        self._rows_stepping.clear()
+        super().close_extras(timeout=timeout, terminate=terminate)
 
     def _crash_error(self, during: str) -> WorkerCrashedError:
         deadline = time.monotonic() + 5.0  # the pipe broke: the process is exiting, give it a moment
@@ -141,6 +298,7 @@ class VLAAsyncVectorEnv(AsyncVectorEnv):
             f"{_describe_exit(self.processes[i].exitcode)})" for i in dead
         ) or "a worker process (could not tell which)"
         self._state = type(self._state).DEFAULT  # nothing is pending any more: close() must not wait
+        self._rows_stepping.clear()
         self.close(terminate=True)
         return WorkerCrashedError(
             f"the worker process of {details} died during {during}; the vector env is closed. "
@@ -149,13 +307,150 @@ class VLAAsyncVectorEnv(AsyncVectorEnv):
         )
 
     _check_spaces = _guard_worker_crash(AsyncVectorEnv._check_spaces, "start-up (making the env)")
-    reset_async = _guard_worker_crash(AsyncVectorEnv.reset_async, "reset()")
+    reset_async = _guard_worker_crash(_reset_async, "reset()", needs_idle_rows=True)
     reset_wait = _guard_worker_crash(AsyncVectorEnv.reset_wait, "reset()")
-    step_async = _guard_worker_crash(AsyncVectorEnv.step_async, "step()")
+    step_async = _guard_worker_crash(AsyncVectorEnv.step_async, "step()", needs_idle_rows=True)
     step_wait = _guard_worker_crash(AsyncVectorEnv.step_wait, "step()")
-    call_async = _guard_worker_crash(AsyncVectorEnv.call_async, "call()")
+    call_async = _guard_worker_crash(AsyncVectorEnv.call_async, "call()", needs_idle_rows=True)
     call_wait = _guard_worker_crash(AsyncVectorEnv.call_wait, "call()")
-    set_attr = _guard_worker_crash(AsyncVectorEnv.set_attr, "set_attr()")
+    set_attr = _guard_worker_crash(AsyncVectorEnv.set_attr, "set_attr()", needs_idle_rows=True)
+
+
+class VLASyncVectorEnv(_RowSteppingMixin, SyncVectorEnv):
+    """gymnasium's SyncVectorEnv (sub-envs in this process) with the methods of :class:`VLAAsyncVectorEnv`:
+    per-sub-env reset options (``reset(options={"per_env": [...]})``) and ``step_rows_async(rows, actions)`` /
+    ``step_rows_wait(rows) -> (obs, rewards, terminated, truncated, infos)`` for a subset of the sub-envs, with the
+    same contract. Nothing runs in the background here: ``step_rows_async`` keeps the actions and
+    ``step_rows_wait`` steps the rows one after another (``steps_rows_in_background`` is False).
+    """
+
+    def __init__(self, env_fns, **kwargs):
+        self._rows_stepping: set[int] = set()
+        self._pending_actions: dict[int, Any] = {}
+        super().__init__(env_fns, **kwargs)
+
+    def step_rows_async(self, rows: Sequence[int], actions: Any) -> None:
+        """Keep ``actions`` (one per row) for sub-envs ``rows``; :meth:`step_rows_wait` steps them."""
+        rows = self._start_rows(rows)
+        self._pending_actions.update(zip(rows, self._row_actions(rows, actions)))
+        self._rows_stepping.update(rows)
+
+    def step_rows_wait(self, rows: Sequence[int]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """Step sub-envs ``rows`` on their actions from :meth:`step_rows_async`, one after another, with the vector
+        env's autoreset; ``(obs, rewards, terminated, truncated, infos)`` of ``rows`` as in
+        :class:`VLAAsyncVectorEnv`."""
+        rows = self._finish_rows(rows)
+        self._rows_stepping.difference_update(rows)
+        results = []
+        for row in rows:
+            info = self._step_one(row, self._pending_actions.pop(row))
+            results.append((self._env_obs[row], self._rewards[row], self._terminations[row],
+                            self._truncations[row], info))
+        return self._rows_result(rows, results)
+
+    def _step_one(self, i: int, action: Any) -> dict[str, Any]:
+        """SyncVectorEnv.step's work for sub-env ``i`` (its autoreset mode included); returns its info."""
+        env, info = self.envs[i], {}
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP and self._autoreset_envs[i]:
+            self._env_obs[i], env_info = env.reset()
+            self._rewards[i], self._terminations[i], self._truncations[i] = 0.0, False, False
+        else:
+            if self.autoreset_mode == AutoresetMode.DISABLED and self._autoreset_envs[i]:
+                raise RuntimeError(f"sub-env {i} ended its episode: reset it first (autoreset disabled)")
+            (self._env_obs[i], self._rewards[i], self._terminations[i], self._truncations[i],
+             env_info) = env.step(action)
+            if self.autoreset_mode == AutoresetMode.SAME_STEP and (self._terminations[i] or self._truncations[i]):
+                info = {"final_obs": self._env_obs[i], "final_info": env_info}
+                self._env_obs[i], env_info = env.reset()
+        self._autoreset_envs[i] = self._terminations[i] or self._truncations[i]
+        return {**info, **env_info}
+
+    def step(self, actions):
+        self._check_no_rows_stepping("step()")
+        return super().step(actions)
+
+    def reset(self, *, seed=None, options=None):
+        self._check_no_rows_stepping("reset()")
+        per_env = sub_env_options(options, self.num_envs)
+        if per_env is None:
+            return super().reset(seed=seed, options=options)
+        seeds, mask = _seeds_and_mask(seed, options, self.num_envs)
+        self._terminations[mask] = False
+        self._truncations[mask] = False
+        self._autoreset_envs[mask] = False
+        infos: dict[str, Any] = {}
+        for i in np.flatnonzero(mask):
+            self._env_obs[i], env_info = self.envs[i].reset(seed=seeds[i], options=per_env[i])
+            infos = self._add_info(infos, env_info, i)
+        self._observations = concatenate(self.single_observation_space, self._env_obs, self._observations)
+        return (copy.deepcopy(self._observations) if self.copy else self._observations), infos
+
+
+def concat_infos(infos: Sequence[Mapping[str, Any]], sizes: Sequence[int]) -> dict[str, Any]:
+    """One vector info dict from those of consecutive blocks of sub-envs (``sizes[k]`` sub-envs in ``infos[k]``,
+    e.g. :meth:`VLAAsyncVectorEnv.step_rows_wait`'s of rows ``0..k-1``, ``k..2k-1``, ...), as the whole vector env's
+    step would have built it: keys missing in a block are zeros / None there, with their ``_key`` mask False.
+
+        >>> a = {"success": np.array([True, False]), "_success": np.array([True, True])}
+        >>> concat_infos([a, {}], [2, 1])["success"], concat_infos([a, {}], [2, 1])["_success"]
+        (array([ True, False, False]), array([ True,  True, False]))
+    """
+    if len(infos) != len(sizes):
+        raise ValueError(f"concat_infos needs one size per info dict, got {len(infos)} dicts and {len(sizes)} sizes")
+    out: dict[str, Any] = {}
+    keys = list(dict.fromkeys(key for part in infos for key in part))
+    for key in keys:
+        present = [part.get(key) for part in infos]
+        first = next(value for value in present if value is not None)
+        if isinstance(first, Mapping):
+            out[key] = concat_infos([value if value is not None else {} for value in present], sizes)
+            continue
+        blocks = [np.asarray(value) if value is not None else _blank(first, size)
+                  for value, size in zip(present, sizes)]
+        out[key] = np.concatenate(blocks).astype(first.dtype, copy=False)  # the first sub-env's type, as gymnasium's
+    return out
+
+
+def _blank(like: np.ndarray, size: int) -> np.ndarray:
+    if like.dtype == object:
+        return np.full(size, None, dtype=object)
+    return np.zeros((size, *like.shape[1:]), dtype=like.dtype)
+
+
+def _info_rows(infos: Mapping[str, Any], rows: Sequence[int]) -> dict[str, Any]:
+    """A whole vector env's info dict cut down to ``rows`` (in ``rows`` order)."""
+    return {key: _info_rows(value, rows) if isinstance(value, Mapping) else value[rows] for key, value in infos.items()}
+
+
+def _take_rows(space: gym.Space, batch: Any, rows: Sequence[int]) -> Any:
+    """Rows ``rows`` of a batched observation of ``space`` (copied: shared memory is rewritten by the workers)."""
+    if isinstance(space, spaces.Dict):
+        return {key: _take_rows(sub, batch[key], rows) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(_take_rows(sub, part, rows) for sub, part in zip(space.spaces, batch))
+    if isinstance(space, spaces.Text):
+        return tuple(batch[row] for row in rows)
+    return np.asarray(batch)[rows]
+
+
+def _seeds_and_mask(seed, options: Mapping[str, Any], num_envs: int) -> tuple[list, np.ndarray]:
+    """gymnasium's reading of ``reset(seed=...)`` (int s: s + i; a list: one each) and ``options["reset_mask"]``."""
+    if seed is None:
+        seeds = [None] * num_envs
+    elif isinstance(seed, (int, np.integer)):
+        seeds = [int(seed) + i for i in range(num_envs)]
+    else:
+        seeds = list(seed)
+    if len(seeds) != num_envs:
+        raise ValueError(f"If seeds are passed as a list the length must match num_envs={num_envs} but got "
+                         f"length={len(seeds)}.")
+    mask = options.get("reset_mask")
+    if mask is None:
+        return seeds, np.ones(num_envs, dtype=np.bool_)
+    if not isinstance(mask, np.ndarray) or mask.shape != (num_envs,) or mask.dtype != np.bool_ or not mask.any():
+        raise ValueError(f"options['reset_mask'] must be a bool numpy array of shape ({num_envs},) with a True value, "
+                         f"got {mask!r}")
+    return seeds, mask
 
 
 def make_vec(
@@ -209,7 +504,7 @@ def make_vec(
         for i in range(num_envs)
     ]
     if vectorization == "sync":
-        return SyncVectorEnv(env_fns, autoreset_mode=AUTORESET_MODE)
+        return VLASyncVectorEnv(env_fns, autoreset_mode=AUTORESET_MODE)
     # Observations come back through shared memory (0.57 ms per step for two sub-envs with two 224x224
     # images, against 0.83 ms pickled through the pipes); the instruction's InstructionText space makes
     # gymnasium read it live there (vla_gym/core/instruction_space.py).

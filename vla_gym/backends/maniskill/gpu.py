@@ -23,8 +23,9 @@ Resets: ``reset(seed=s)`` gives sub-env i the seed ``s + i``, ``reset(seed=[s0, 
 each sub-env then draws its episode by :func:`vla_gym.core.env.draw_episode`, the rule ``VLAEnv`` uses (seed
 ``s`` is ManiSkill's episode ``s``; unseeded resets draw a seed from the sub-env's generator).
 ``options={"task_id": k}`` is accepted for the env's own task; ``options={"reset_mask": mask}``
-(gymnasium) or ``{"env_idx": rows}`` (ManiSkill) resets only those sub-envs. ManiSkill's GPU simulation
-seeds its torch generator with the batch's first seed, so a GPU sub-env's episode for seed ``s + i`` is not
+(gymnasium) or ``{"env_idx": rows}`` (ManiSkill) resets only those sub-envs; ``options={"per_env": [options_0,
+...]}`` gives each sub-env its own options, as vla_gym's CPU vector envs do
+(:func:`vla_gym.core.env.sub_env_options`). ManiSkill's GPU simulation seeds its torch generator with the batch's first seed, so a GPU sub-env's episode for seed ``s + i`` is not
 the CPU env's episode for that seed (nor is GPU physics bitwise the CPU's); on ManiSkill's CPU simulation
 (``device="cpu"``, ``num_envs=1``) this env equals the CPU vector env step for step (tests/test_fidelity.py).
 
@@ -48,7 +49,6 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from vla_gym.core import schema
 from vla_gym.backends.maniskill.cameras import CAMERAS
 from vla_gym.backends.maniskill.env import (
     DEFAULT_CONTROL_MODE,
@@ -63,7 +63,8 @@ from vla_gym.backends.maniskill.env import (
     step_reward,
     to_maniskill_action,
 )
-from vla_gym.core.env import EpisodeStart, draw_episode, episode_info
+from vla_gym.core import schema
+from vla_gym.core.env import PER_ENV_OPTIONS, EpisodeStart, draw_episode, episode_info, sub_env_options
 from vla_gym.core.registry import check_env_id
 from vla_gym.tasks.maniskill import task_specs
 
@@ -98,8 +99,12 @@ class ManiSkillGPUVectorEnv(VectorEnv):
     Keywords as for :class:`vla_gym.backends.maniskill.env.ManiSkillEnv`: ``task_id``, ``obs_mode``,
     ``cameras``, ``image_size``, ``control_mode``, ``reward_mode``, ``max_episode_steps``,
     ``paraphrase_instructions``, ``show_goal``. ``tasks`` and ``task_id`` are those of the id (as on
-    ``VLAEnv``); the env runs ``tasks[task_id]``.
+    ``VLAEnv``); the env runs ``tasks[task_id]``. ``reset(options={"per_env": [...]})`` takes one options dict
+    per sub-env (module docstring).
     """
+
+    #: reset(options={"per_env": [...]}) gives each sub-env its own options (as vla_gym's CPU vector envs)
+    accepts_per_env_options = True
 
     def __init__(self, tasks: Sequence[str], num_envs: int, device: str = "cuda", task_id: int | None = None,
                  obs_mode: str = "images", cameras: Sequence[str] | None = None,
@@ -164,6 +169,8 @@ class ManiSkillGPUVectorEnv(VectorEnv):
         import torch
 
         options = dict(options or {})
+        per_env = sub_env_options(options, self.num_envs)  # None: every sub-env gets ``options``
+        options.pop(PER_ENV_OPTIONS, None)
         rows = self._rows_to_reset(options)
         if len(rows) < self.num_envs and None in self._episodes:
             raise ValueError("a partial reset (reset_mask / env_idx) needs a full reset() first")
@@ -171,7 +178,8 @@ class ManiSkillGPUVectorEnv(VectorEnv):
         for i in rows:
             if seeds[i] is not None:
                 self._rngs[i] = seeding.np_random(seeds[i])[0]
-            episode = draw_episode(self._rngs[i], self.tasks, seeds[i], options, self.task_id, None,
+            episode = draw_episode(self._rngs[i], self.tasks, seeds[i], options if per_env is None else per_env[i],
+                                   self.task_id, None,
                                    self.paraphrase_instructions, self.max_episode_steps_override)
             if episode.task is not self.task:
                 raise ValueError(f"options['task_id']={episode.task.index} ({episode.task.name}): this batched env "

@@ -1,0 +1,64 @@
+"""Evaluation reports: per-task success rate, mean return and mean length of played episodes.
+
+    summary = summarize(results)                 # {"overall": {...}, "tasks": {name: {...}}}
+    print(markdown_table(summary))               # | task | episodes | success rate | mean return | mean length |
+    write_report(results, "eval/")               # eval.md + eval.json, each written atomically
+
+:func:`summarize` applies :func:`vla_gym.core.episodes.summarize` overall and per task, to
+:class:`~vla_gym.trainers.rollout.episode_plan.EpisodeResult` (or any :class:`~vla_gym.core.episodes.Episode`).
+"""
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import pathlib
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from vla_gym.core import episodes
+from vla_gym.core.episodes import Episode
+from vla_gym.trainers.rollout.episode_plan import EpisodeResult
+from vla_gym.trainers.runtime.checkpoint import atomic_write_text
+
+
+def summarize(results: Sequence[Episode]) -> dict[str, Any]:
+    """Overall and per-task success rate, mean return and mean length (:func:`vla_gym.core.episodes.summarize`)."""
+    def stats(rows: Sequence[Episode]) -> dict[str, float]:
+        means = episodes.summarize(rows)
+        nan = float("nan")
+        return {
+            "episodes": len(rows),
+            "success_rate": means.get(episodes.SUCCESS_ONCE, nan),
+            "mean_return": means.get(episodes.RETURN, nan),
+            "mean_length": means.get(episodes.LENGTH, nan),
+        }
+
+    by_task: dict[str, list[Episode]] = collections.defaultdict(list)
+    for result in results:
+        if result.task_name:
+            by_task[result.task_name].append(result)
+    return {"overall": stats(results), "tasks": {name: stats(rows) for name, rows in sorted(by_task.items())}}
+
+
+def markdown_table(summary: dict[str, Any]) -> str:
+    """The per-task table of a :func:`summarize` result, with an **all** row last."""
+    lines = ["| task | episodes | success rate | mean return | mean length |", "|---|---:|---:|---:|---:|"]
+    rows = list(summary["tasks"].items()) + [("**all**", summary["overall"])]
+    for name, s in rows:
+        rate = "n/a" if math.isnan(s["success_rate"]) else f"{s['success_rate']:.3f}"
+        lines.append(f"| {name} | {s['episodes']} | {rate} | {s['mean_return']:.3f} | {s['mean_length']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(results: Sequence[EpisodeResult], directory: str | os.PathLike, header: str = "") -> dict[str, Any]:
+    """Write ``eval.md`` (per-task table) and ``eval.json`` (summary + every episode); returns the summary."""
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    summary = summarize(results)
+    played = [dict(asdict(r), spec=asdict(r.spec)) for r in results]
+    atomic_write_text(directory / "eval.json", json.dumps({"summary": summary, "episodes": played}, indent=2))
+    atomic_write_text(directory / "eval.md", (f"{header}\n\n" if header else "") + markdown_table(summary))
+    return summary

@@ -1,0 +1,75 @@
+"""Which episodes to play: :class:`EpisodeSpec` (seed / task / initial state), :func:`suite_specs` (every task x
+initial state of a suite, or seeds) and :class:`EpisodeResult` (a played spec).
+
+    specs = suite_specs(envs, episodes_per_task=5)                   # tasks x init states, or seeds
+    results = EpisodeRunner(envs, policy).run(specs)                 # vla_gym.trainers.rollout.episode_runner
+
+An :class:`EpisodeResult` is the :class:`~vla_gym.core.episodes.Episode` that
+:class:`~vla_gym.core.episodes.EpisodeCounter` counted (return, length in env steps, success at any step, task: the
+rules are :mod:`vla_gym.core.episodes`') plus the spec it was played from and its video.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gymnasium.vector import VectorEnv
+
+from vla_gym.core.episodes import Episode
+from vla_gym.trainers.runtime.envs import env_attr
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """How one episode starts: ``reset(seed=seed, options={task_id, init_state_id})`` (None: not passed).
+
+        >>> EpisodeSpec(seed=3, task_id=1).options()
+        {'task_id': 1}
+    """
+
+    seed: int | None = None
+    task_id: int | None = None
+    init_state_id: int | None = None
+
+    def options(self) -> dict[str, int]:
+        return {k: v for k, v in (("task_id", self.task_id), ("init_state_id", self.init_state_id)) if v is not None}
+
+
+@dataclass(frozen=True)
+class EpisodeResult(Episode):
+    """A played :class:`EpisodeSpec`: the :class:`~vla_gym.core.episodes.Episode` (``success`` None: the env does not
+    report ``info["success"]``), the spec's position ``index`` in the list given to ``run`` and its video."""
+
+    index: int = -1
+    spec: EpisodeSpec = EpisodeSpec()
+    video: str | None = None
+
+
+def suite_specs(
+    envs: VectorEnv, episodes_per_task: int | None = None, task_ids: Sequence[int] | None = None,
+    seed: int = 0, episodes: int | None = None, first_init_state: int = 0,
+) -> list[EpisodeSpec]:
+    """Every (task, init state) of a vla_gym env, or ``episodes`` seeds for envs without a task list.
+
+    ``episodes_per_task`` caps the init states per task (tasks whose initial state comes from the seed get
+    that many seeds; default 10). ``episodes`` (envs without tasks) defaults to ``episodes_per_task`` or 10.
+    ``first_init_state`` K starts each task's fixed initial states at K (``K .. K+episodes_per_task-1``, e.g.
+    held-out states that no demonstration used).
+    """
+    tasks = env_attr(envs, "tasks")
+    if not tasks:
+        return [EpisodeSpec(seed=seed + k) for k in range(episodes or episodes_per_task or 10)]
+    specs = []
+    for task in tasks:
+        if task_ids is not None and task.index not in task_ids:
+            continue
+        count = task.num_init_states or episodes_per_task or 10
+        if task.num_init_states and not 0 <= first_init_state < task.num_init_states:
+            raise ValueError(f"first_init_state={first_init_state}: task {task.name!r} has initial states "
+                             f"0..{task.num_init_states - 1}")
+        start = first_init_state if task.num_init_states else 0
+        count = min(count - start, episodes_per_task or count)
+        for k in range(start, start + count):
+            init = k if task.num_init_states else None
+            specs.append(EpisodeSpec(seed=seed + len(specs), task_id=task.index, init_state_id=init))
+    return specs
