@@ -62,9 +62,8 @@ def run_ours(minutes: float, workdir: pathlib.Path, extra: list[str]) -> dict:
 
 
 def make_sb3_env():
-    from vla_gym.wrappers import EpisodeMetrics, SB3Compat
-
     import vla_gym
+    from vla_gym.wrappers import EpisodeMetrics, SB3Compat
 
     return SB3Compat(EpisodeMetrics(vla_gym.make(ENV_ID, obs_mode="state")))
 

@@ -100,10 +100,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     import torch
-    from vla_gym.trainers import PPO
-    from vla_gym.trainers.runtime.config import config_from_dict
-    from vla_gym.trainers.policies import make_policy
     from random_vlms import build_vlm
+
+    from vla_gym.trainers import PPO
+    from vla_gym.trainers.policies import make_policy
+    from vla_gym.trainers.runtime.config import config_from_dict
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu" and args.size == "full":

@@ -161,6 +161,7 @@ def build_vlm(path: str | pathlib.Path, family: str = "paligemma", size: str = "
 def build_pi0(path: str | pathlib.Path, size: str = "tiny", image_size: int | None = None, seed: int = 0,
               chunk_size: int | None = None, device: str = "cpu", dtype: str = "float32") -> pathlib.Path:
     """Write a random-weight PI0 (PaliGemma + Gemma action expert) and its tokenizer to ``path``."""
+    import torch
     from transformers import (
         GemmaConfig,
         PaliGemmaConfig,
@@ -168,8 +169,6 @@ def build_pi0(path: str | pathlib.Path, size: str = "tiny", image_size: int | No
         PI0ForConditionalGeneration,
         SiglipVisionConfig,
     )
-
-    import torch
 
     torch.manual_seed(seed)
     if size == "tiny":

@@ -26,12 +26,12 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from fake_omnigibson import FakeOmniGibson
 
 import vla_gym
-from fake_omnigibson import FakeOmniGibson
-from vla_gym.core import schema
 from vla_gym.backends.behavior import env as B
 from vla_gym.backends.behavior import r1pro as R
+from vla_gym.core import schema
 from vla_gym.core.errors import MissingSimulatorError
 from vla_gym.tasks import behavior as T
 

@@ -13,7 +13,6 @@ Not here, on purpose (each is run by its own test; this file fails for a script 
 from __future__ import annotations
 
 import pytest
-
 from short_runs import (
     ROOT,
     TINY_VLM,

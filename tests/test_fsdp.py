@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 from torch import nn
+
 from vla_gym.trainers.policies.actor_critic import ActorCriticPolicy
 from vla_gym.trainers.policies.encoders import StateEncoder
 
@@ -64,10 +65,11 @@ TOLERANCE = {"rtol": 0, "atol": 1e-6}
 # ------------------------------------------------------------------------------------------- worker
 def worker(out: pathlib.Path) -> None:
     from torch.distributed.fsdp import FSDPModule
-    from vla_gym.trainers.runtime.config import config_from_dict
-    from vla_gym.trainers.runtime.distributed import Distributed
+
     from vla_gym.trainers.grpo import GRPO
     from vla_gym.trainers.ppo import PPO
+    from vla_gym.trainers.runtime.config import config_from_dict
+    from vla_gym.trainers.runtime.distributed import Distributed
 
     dist = Distributed.from_env("cpu")
     report = {}

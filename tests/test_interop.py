@@ -61,8 +61,9 @@ def _close_quietly(name: str, close) -> None:
 
 
 def _run_case(name: str, env_id: str, env_kwargs: dict) -> dict:
-    from vla_gym.runtime import fork_guard
     from interop_drivers import make_vectorized
+
+    from vla_gym.runtime import fork_guard
 
     record = {"case": name, "parent_started_simulator": bool(fork_guard.started_here())}
     num_envs = 1 if name == "torchrl-gymenv" else NUM_ENVS
@@ -111,8 +112,9 @@ def behavior_main(out_path: str, err_path: str) -> None:
     """BEHAVIOR: the parent-side and worker-side errors of the same calls."""
     err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(err, 2)
-    import vla_gym
     from interop_drivers import make_vectorized
+
+    import vla_gym
 
     env_id = next(i for i, entry in vla_gym.ENTRIES.items() if entry.backend == "behavior")
     with open(out_path, "a") as out:

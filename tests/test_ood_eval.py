@@ -18,10 +18,18 @@ import pytest
 import torch
 
 from vla_gym.core import schema
-from vla_gym.trainers.runtime.config import config_from_dict
 from vla_gym.trainers.eval import main as eval_main
-from vla_gym.trainers.evaluation.ood import Row, libero_pro_rows, observes_images, ood_markdown, ood_report, parse_rows, run_ood
+from vla_gym.trainers.evaluation.ood import (
+    Row,
+    libero_pro_rows,
+    observes_images,
+    ood_markdown,
+    ood_report,
+    parse_rows,
+    run_ood,
+)
 from vla_gym.trainers.policies import make_policy
+from vla_gym.trainers.runtime.config import config_from_dict
 
 POLICY_KWARGS = {"image_features": 16, "hidden_sizes": [16], "text_dim": 8}
 

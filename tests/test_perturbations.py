@@ -11,7 +11,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import vla_gym
 from vla_gym.ood.perturbations import CATEGORIES, PERTURBATIONS, episode_generator, make_perturbation
 from vla_gym.vector.wrapper_spec import parse_wrappers
 from vla_gym.wrappers import Perturb

@@ -21,7 +21,6 @@ import re
 import shlex
 
 import pytest
-
 from short_runs import (
     ROOT,
     TINY_VLM,

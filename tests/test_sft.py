@@ -17,6 +17,7 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("transformers")
 
 from short_runs import ROOT, SHORT_IMAGE_SIZE, TINY_VLM, child_env, executable, free_port, tiny_vlms  # noqa: E402
+
 from vla_gym.trainers.runtime.config import load_config  # noqa: E402
 
 CONFIGS = sorted((ROOT / "examples" / "configs").glob("*_sft.yaml"))

@@ -38,10 +38,10 @@ def check(result: subprocess.CompletedProcess) -> None:
 
 # ------------------------------------------------------------------------------------------- worker
 def worker(algo_name: str, out: pathlib.Path) -> None:
-    from vla_gym.trainers.runtime.config import config_from_dict
-    from vla_gym.trainers.runtime.distributed import Distributed
     from vla_gym.trainers.grpo import GRPO
     from vla_gym.trainers.ppo import PPO
+    from vla_gym.trainers.runtime.config import config_from_dict
+    from vla_gym.trainers.runtime.distributed import Distributed
 
     dist = Distributed.from_env("cpu")
     cfg = config_from_dict(dict(CARTPOLE, run_dir=str(out / "runs")))

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 import torch
+
 from vla_gym.trainers import GRPO, PPO
 from vla_gym.trainers.runtime.checkpoint import load_checkpoint, load_policy
 from vla_gym.trainers.runtime.config import config_from_dict

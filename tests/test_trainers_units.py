@@ -6,7 +6,21 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
+
 from vla_gym.trainers.algorithms.advantages import gae, group_advantages
+from vla_gym.trainers.algorithms.losses import (
+    clipped_policy_loss,
+    explained_variance,
+    kl_to_reference,
+    value_loss,
+)
+from vla_gym.trainers.policies import (
+    Policy,
+    available_policies,
+    make_policy,
+    register_policy,
+)
+from vla_gym.trainers.policies.distributions import Categorical, DiagGaussian
 from vla_gym.trainers.rollout.batch import ObsStorage, index, stack, to_torch
 from vla_gym.trainers.rollout.buffer import RolloutBuffer
 from vla_gym.trainers.runtime.checkpoint import (
@@ -23,19 +37,6 @@ from vla_gym.trainers.runtime.config import (
     load_config,
     save_config,
 )
-from vla_gym.trainers.algorithms.losses import (
-    clipped_policy_loss,
-    explained_variance,
-    kl_to_reference,
-    value_loss,
-)
-from vla_gym.trainers.policies import (
-    Policy,
-    available_policies,
-    make_policy,
-    register_policy,
-)
-from vla_gym.trainers.policies.distributions import Categorical, DiagGaussian
 
 DICT_SPACE = spaces.Dict({
     "images": spaces.Dict({"main": spaces.Box(0, 255, (64, 64, 3), np.uint8),

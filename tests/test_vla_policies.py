@@ -14,8 +14,9 @@ from gymnasium import spaces
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from vla_gym.trainers.policies import make_policy
 from random_vlms import build_vlm
+
+from vla_gym.trainers.policies import make_policy
 
 TOKENS = "vla_gym.trainers.policies.vla_tokens:ActionTokenVLAPolicy"
 CONTINUOUS = "vla_gym.trainers.policies.vla_continuous:ContinuousVLAPolicy"
@@ -154,8 +155,8 @@ VLA_CONFIGS = sorted(
 
 @pytest.mark.parametrize("path", VLA_CONFIGS, ids=lambda p: p.name)
 def test_vla_configs_validate(path):
-    from vla_gym.trainers.runtime.config import load_config
     from vla_gym.trainers.policies import check_policy_kwargs
+    from vla_gym.trainers.runtime.config import load_config
 
     cfg = load_config(path)
     check_policy_kwargs(cfg.policy.name, cfg.policy.kwargs)

@@ -15,7 +15,6 @@ from vla_gym.trainers.policies.vla_small import (
     instruction_embedding,
 )
 
-
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 

@@ -7,11 +7,11 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("mani_skill")
 
-from vla_gym.trainers.runtime.config import config_from_dict
-from vla_gym.trainers.policies import make_policy
 from random_vlms import build_vlm
 
 import vla_gym
+from vla_gym.trainers.policies import make_policy
+from vla_gym.trainers.runtime.config import config_from_dict
 
 ENV = "VLA/ManiSkill-PushCube-v0"
 ENV_KWARGS = {"cameras": ["main"], "image_size": 32, "max_episode_steps": 4}

@@ -9,7 +9,13 @@ import functools
 import pytest
 
 from vla_gym.trainers.runtime.config import ConfigError, config_from_dict, load_config
-from vla_gym.vector.wrapper_spec import ACCEPTED_FORMS, WrapperSpecError, check_wrapper_specs, parse_wrapper, parse_wrappers
+from vla_gym.vector.wrapper_spec import (
+    ACCEPTED_FORMS,
+    WrapperSpecError,
+    check_wrapper_specs,
+    parse_wrapper,
+    parse_wrappers,
+)
 from vla_gym.wrappers import ActionChunk, EpisodeMetrics, MultiCamera
 
 

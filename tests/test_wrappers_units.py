@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 
 from vla_gym.core.video import compose_frame, frame_size, resize_image, video_frame
-from vla_gym.trainers.policies.openvla_prompts import ActionTokenizer, normalize_actions, openvla_prompt, unnormalize_actions
+from vla_gym.trainers.policies.openvla_prompts import (
+    ActionTokenizer,
+    normalize_actions,
+    openvla_prompt,
+    unnormalize_actions,
+)
 from vla_gym.wrappers import hash_instruction
 
 VOCAB = 32000

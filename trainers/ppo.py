@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import sys
 
+from vla_gym.trainers.algorithms.losses import clipped_policy_loss, explained_variance, value_loss
 from vla_gym.trainers.algorithms.on_policy import OnPolicyAlgorithm
 from vla_gym.trainers.algorithms.schedules import schedule
 from vla_gym.trainers.rollout.buffer import RolloutBuffer
-from vla_gym.trainers.runtime.checkpoint import load_actor_weights
-from vla_gym.trainers.algorithms.losses import clipped_policy_loss, explained_variance, value_loss
 from vla_gym.trainers.rollout.collector import RolloutCollector
+from vla_gym.trainers.runtime.checkpoint import load_actor_weights
 
 
 class PPO(OnPolicyAlgorithm):

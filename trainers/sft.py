@@ -41,15 +41,16 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from vla_gym.trainers.rollout.batch import to_torch
+
 from vla_gym.trainers.algorithms.schedules import schedule
+from vla_gym.trainers.evaluation.periodic import TrainingEvaluator
+from vla_gym.trainers.policies import Policy, make_policy
+from vla_gym.trainers.rollout.batch import to_torch
 from vla_gym.trainers.runtime.callbacks import Callback, CallbackList, as_callback, default_callbacks
 from vla_gym.trainers.runtime.checkpoint import rng_state, set_rng_state
 from vla_gym.trainers.runtime.config import Config
 from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.envs import make_envs
-from vla_gym.trainers.evaluation.periodic import TrainingEvaluator
-from vla_gym.trainers.policies import Policy, make_policy
 from vla_gym.trainers.runtime.run import TrainingRun
 
 

@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 from vla_gym.core.registry import ENTRIES

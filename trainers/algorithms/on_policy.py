@@ -29,18 +29,19 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from vla_gym.trainers.algorithms.sb3_api import SB3Interface
+from vla_gym.trainers.algorithms.schedules import schedule
+from vla_gym.trainers.evaluation.periodic import TrainingEvaluator
+from vla_gym.trainers.policies import make_policy
 from vla_gym.trainers.rollout.batch import index
 from vla_gym.trainers.rollout.buffer import RolloutBuffer
+from vla_gym.trainers.rollout.pipeline import PipelineError, check_stages
 from vla_gym.trainers.runtime.callbacks import Callback, CallbackList, as_callback, default_callbacks
 from vla_gym.trainers.runtime.checkpoint import rng_state, set_rng_state
 from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.envs import make_envs
-from vla_gym.trainers.evaluation.periodic import TrainingEvaluator
-from vla_gym.trainers.rollout.pipeline import PipelineError, check_stages
-from vla_gym.trainers.policies import make_policy
 from vla_gym.trainers.runtime.run import TrainingRun
-from vla_gym.trainers.algorithms.sb3_api import SB3Interface
-from vla_gym.trainers.algorithms.schedules import schedule
 
 #: metrics every update reports (averaged over minibatches and ranks)
 TRAIN_KEYS = (

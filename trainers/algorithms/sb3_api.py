@@ -23,11 +23,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
+
+from vla_gym.trainers.policies import Policy
 from vla_gym.trainers.rollout.batch import to_torch
 from vla_gym.trainers.runtime.checkpoint import atomic_save, load_checkpoint
 from vla_gym.trainers.runtime.config import Config, config_from_dict
 from vla_gym.trainers.runtime.distributed import Distributed
-from vla_gym.trainers.policies import Policy
 
 
 class SB3Interface:

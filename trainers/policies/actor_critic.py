@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import torch
 from gymnasium import spaces
 from torch import nn
+
 from vla_gym.trainers.policies.base import DistributionPolicy, Obs
 from vla_gym.trainers.policies.distributions import make_action_head
 from vla_gym.trainers.policies.encoders import mlp

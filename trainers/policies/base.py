@@ -47,7 +47,7 @@ class Policy(nn.Module):
         self.observation_space = observation_space
         self.action_space = action_space
 
-    def frozen_copy(self) -> "Policy":
+    def frozen_copy(self) -> Policy:
         """A copy that no optimizer moves, in eval mode: GRPO's reference policy for its KL term."""
         return copy.deepcopy(self).eval().requires_grad_(False)
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 from gymnasium import spaces
 from torch import nn
+
 from vla_gym.trainers.policies.actor_critic import ActorCriticPolicy
 from vla_gym.trainers.policies.encoders import HashedTextEncoder, ImageEncoder
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gymnasium import spaces
+
 from vla_gym.trainers.policies.actor_critic import ActorCriticPolicy
 from vla_gym.trainers.policies.encoders import StateEncoder
 

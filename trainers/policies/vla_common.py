@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
+
 from vla_gym.trainers.policies.lora import (
     LoraSpec,
     apply_lora,

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from gymnasium import spaces
 from torch import nn
+
 from vla_gym.trainers.policies.base import DistributionPolicy, Obs
 from vla_gym.trainers.policies.distributions import GaussianHead
 from vla_gym.trainers.policies.vla_common import (

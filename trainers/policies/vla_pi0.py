@@ -28,7 +28,6 @@ checkpoint (tests, benchmarks).
 from __future__ import annotations
 
 import math
-import pathlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +35,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
+
 from vla_gym.trainers.policies.base import Obs, Policy
 from vla_gym.trainers.policies.lora import LoraSpec, apply_lora
 from vla_gym.trainers.policies.vla_common import (

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
+
 from vla_gym.trainers.policies.base import DistributionPolicy, Obs
 from vla_gym.trainers.policies.distributions import GaussianHead
 from vla_gym.trainers.policies.encoders import mlp
@@ -263,7 +264,7 @@ class SmallVLAPolicy(TrainableStateMixin, DistributionPolicy):
         self.vision.eval()  # BatchNorm keeps its ImageNet statistics
         return self
 
-    def frozen_copy(self) -> "SmallVLAPolicy":
+    def frozen_copy(self) -> SmallVLAPolicy:
         """The base copy, sharing this policy's feature cache while the encoder is frozen (both encoders are the
         same frozen weights, so GRPO's reference does not encode each rollout frame a second time)."""
         reference = super().frozen_copy()

@@ -33,14 +33,15 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium import spaces
+
 from vla_gym.trainers.policies.base import Obs, Policy
+from vla_gym.trainers.policies.openvla_prompts import ActionTokenizer
 from vla_gym.trainers.policies.vla_common import (
     TrainableStateMixin,
     ValueHead,
     VLMBackbone,
     chunk_shape,
 )
-from vla_gym.trainers.policies.openvla_prompts import ActionTokenizer
 
 
 class ActionTokenSampler:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import torch
+
 from vla_gym.trainers.algorithms.advantages import gae
 from vla_gym.trainers.rollout.batch import ObsStorage, index
 

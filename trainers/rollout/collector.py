@@ -29,12 +29,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
+
 from vla_gym.core.episodes import Episode, EpisodeCounter, episode_sums
+from vla_gym.trainers.policies.base import Policy
 from vla_gym.trainers.rollout.batch import stack, to_torch
 from vla_gym.trainers.rollout.buffer import RolloutBuffer
-from vla_gym.trainers.runtime.envs import autoreset_mode, env_attr
 from vla_gym.trainers.rollout.pipeline import StagedStepper, cat_torch, row_generators, seeded_generators, split
-from vla_gym.trainers.policies.base import Policy
+from vla_gym.trainers.runtime.envs import autoreset_mode, env_attr
 
 
 class EpisodeTracker:

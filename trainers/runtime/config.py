@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
 import yaml
+
 from vla_gym.vector.wrapper_spec import WrapperSpecError, check_wrapper_specs
 
 

@@ -15,6 +15,7 @@ import dataclasses
 import sys
 
 import yaml
+
 from vla_gym.core.errors import MissingSimulatorError, RenderingUnavailableError
 from vla_gym.runtime.cli_args import parser_with_examples
 from vla_gym.trainers.runtime.config import ConfigError, load_config

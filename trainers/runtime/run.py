@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 import torch
+
 from vla_gym.trainers.runtime.checkpoint import Checkpointer, load_checkpoint
 from vla_gym.trainers.runtime.config import Config, save_config
 from vla_gym.trainers.runtime.distributed import Distributed

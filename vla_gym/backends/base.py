@@ -16,8 +16,9 @@ skip the camera render, which dominates the cost of a step on every simulator::
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -15,7 +15,7 @@ rotation as axis-angle (3), gripper (-1 open, +1 close). BEHAVIOR's R1 Pro uses 
 from __future__ import annotations
 
 import string
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from gymnasium import spaces
@@ -60,7 +60,7 @@ def check_action(action, action_dim: int) -> np.ndarray:
     if array.shape != (action_dim,):
         hint = ""
         if array.ndim == 2 and array.shape[1] == action_dim:
-            hint = " (an action chunk of shape (K, %d) needs the ActionChunk wrapper)" % action_dim
+            hint = f" (an action chunk of shape (K, {action_dim}) needs the ActionChunk wrapper)"
         layout = " = [dx, dy, dz, droll, dpitch, dyaw, gripper]" if action_dim == 7 else ""
         raise ValueError(f"action must have shape ({action_dim},){layout}, got shape {array.shape}{hint}")
     if not np.all(np.isfinite(array)):

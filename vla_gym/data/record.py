@@ -64,8 +64,8 @@ def env_tasks(env_id: str) -> tuple:
     """The TaskSpecs of a registered id, from the task tables (no simulator is built)."""
     entry = check_env_id(env_id)
     if entry.backend == "libero":
-        from vla_gym.tasks.libero_pro import benchmark_name
         from vla_gym.tasks.libero import suite_tasks
+        from vla_gym.tasks.libero_pro import benchmark_name
 
         perturbation = entry.kwargs.get("perturbation")  # a LIBERO-PRO id: its own tasks
         return suite_tasks(benchmark_name(entry.kwargs["suite"], perturbation) if perturbation else entry.kwargs["suite"])

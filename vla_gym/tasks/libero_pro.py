@@ -26,8 +26,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.metadata
-import io
 import importlib.util
+import io
 import json
 import os
 from dataclasses import dataclass
@@ -107,7 +107,7 @@ class LiberoProUnavailableError(RuntimeError):
     """The installed LIBERO does not provide a LIBERO-PRO suite (or its files); names the package to install."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _table() -> dict:
     return json.loads(resources.files("vla_gym.assets").joinpath("libero_pro_tasks.json").read_text())
 

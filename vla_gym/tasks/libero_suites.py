@@ -35,7 +35,7 @@ ENV_IDS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _table() -> dict:
     return json.loads(resources.files("vla_gym.assets").joinpath("libero_tasks.json").read_text())
 

@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from vla_gym.core import schema
-from vla_gym.backends.behavior import r1pro
 from vla_gym.backends.base import Backend, TaskSpec
+from vla_gym.backends.behavior import r1pro
+from vla_gym.core import schema
 from vla_gym.core.env import VLAEnv
 from vla_gym.core.errors import MissingSimulatorError
 from vla_gym.tasks.behavior import activity_tasks

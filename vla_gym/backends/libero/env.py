@@ -22,19 +22,19 @@ import pathlib
 import re
 import time
 import weakref
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from vla_gym.runtime import fork_guard
-from vla_gym.tasks import libero_pro
 from vla_gym.backends.base import Backend, TaskSpec
 from vla_gym.backends.libero.cameras import CAMERAS
 from vla_gym.backends.libero.scene import LiberoScene
 from vla_gym.core.env import VLAEnv
 from vla_gym.core.errors import MissingSimulatorError, RenderingUnavailableError
 from vla_gym.core.geometry import quat_to_axis_angle
+from vla_gym.runtime import fork_guard
 from vla_gym.runtime.system import configure_mujoco_gl, install_hint
+from vla_gym.tasks import libero_pro
 from vla_gym.tasks.libero import suite_tasks
 
 SIMULATOR = "LIBERO (MuJoCo EGL)"  # as fork_guard names it

@@ -32,13 +32,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from vla_gym.core import schema
-from vla_gym.runtime import fork_guard
 from vla_gym.backends.base import Backend, TaskSpec
 from vla_gym.backends.maniskill.cameras import CAMERAS
 from vla_gym.backends.maniskill.scene import ManiSkillScene
+from vla_gym.core import schema
 from vla_gym.core.env import VLAEnv
 from vla_gym.core.errors import MissingSimulatorError, RenderingUnavailableError
+from vla_gym.runtime import fork_guard
 from vla_gym.runtime.system import install_hint
 from vla_gym.tasks.maniskill import task_specs
 
