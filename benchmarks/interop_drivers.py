@@ -23,6 +23,9 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 
+import vla_gym  # registers the VLA/... ids, also in the worker processes that unpickle these factories
+from vla_gym.wrappers import ActionChunk, SB3Compat
+
 #: name -> (library, how it starts processes); every name :func:`make_vectorized` accepts
 VECTORIZERS: dict[str, tuple[str, str]] = {
     "gymnasium-sync": ("gymnasium", "in process"),
@@ -42,12 +45,8 @@ def make_single(env_id: str, chunk_size: int = 1, sb3: bool = False, **env_kwarg
     """One env as the libraries' worker processes make it (module level, so it pickles for spawn)."""
     env = gym.make(env_id, **env_kwargs)
     if chunk_size > 1:
-        from vla_gym.wrappers import ActionChunk
-
         env = ActionChunk(env, chunk_size=chunk_size)
     if sb3:
-        from vla_gym.wrappers import SB3Compat
-
         env = SB3Compat(env)
     return env
 
@@ -143,16 +142,11 @@ def make_vectorized(name: str, env_id: str, num_envs: int, chunk_size: int = 1, 
                 raise ValueError("torchrl-gymenv is one env; use torchrl-parallel for several")
             return _torchrl(create(), 1)
         return _torchrl(ParallelEnv(num_envs, create), num_envs)
-    import vla_gym
-    from vla_gym.wrappers import ActionChunk
-
     wrappers = [functools.partial(ActionChunk, chunk_size=chunk_size)] if chunk_size > 1 else []
     return _gymnasium(vla_gym.make_vec(env_id, num_envs, wrappers=wrappers, **env_kwargs))
 
 
 def _chunk(env: gym.Env, chunk_size: int) -> gym.Env:
-    from vla_gym.wrappers import ActionChunk
-
     return ActionChunk(env, chunk_size=chunk_size)
 
 

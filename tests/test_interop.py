@@ -1,5 +1,7 @@
 """vla_gym ids under other libraries' vector envs: {ManiSkill, LIBERO} x vectorizer x parent state.
 
+The default run covers ManiSkill's whole matrix and, for LIBERO (whose every worker builds a scene), one case per
+way a worker starts in each parent state (``LIBERO_DEFAULT``); ``-m slow`` runs LIBERO's whole matrix.
 Each (family, parent state) group runs in its own Python process under a hard timeout, so a hang fails the
 test instead of stalling CI; the group's process runs this file as a script (``python tests/test_interop.py
 maniskill fresh out.jsonl err.log``) and reports one JSON line per vectorizer. In every case: build 2
@@ -28,6 +30,9 @@ import time
 
 import pytest
 
+# run as a script too (the group process): the drivers live in benchmarks/ (pytest.ini's pythonpath for tests)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+
 FAMILIES = {
     "maniskill": ("VLA/ManiSkill-PushCube-v0", {"obs_mode": "state"}, "mani_skill"),
     "libero": ("VLA/LiberoSpatial-v0", {"task_id": 0, "cameras": ("main",), "image_size": 32, "settle_steps": 1},
@@ -36,6 +41,13 @@ FAMILIES = {
 #: the order a group runs them in: those that fork first, while a fresh parent is still fresh
 ORDER = ("sb3-subproc-fork", "gymnasium-async", "sb3-subproc-forkserver", "sb3-subproc-spawn",
          "gymnasium-async-spawn", "torchrl-parallel", "gymnasium-sync", "sb3-dummy", "torchrl-gymenv")
+#: LIBERO's cases in the default run, one per way a worker comes to be (fork, forkserver, spawn, in process, TorchRL's
+#: own workers), in both parent states; the whole matrix for LIBERO runs with ``-m slow`` (every worker start builds a
+#: LIBERO scene: about 20 s each on 2 cores)
+LIBERO_DEFAULT = {
+    "fresh": ("sb3-subproc-fork", "sb3-subproc-forkserver", "gymnasium-sync", "torchrl-parallel"),
+    "held": ("sb3-subproc-fork", "gymnasium-async", "gymnasium-async-spawn", "sb3-dummy"),
+}
 NUM_ENVS, EPISODE_STEPS, STEPS = 2, 3, 5
 #: hard limit per case (the group process is killed with its workers when one case takes longer); generous
 #: because the CI machine may be shared: a case takes 2-20 s of CPU
@@ -83,8 +95,9 @@ def _run_case(name: str, env_id: str, env_kwargs: dict) -> dict:
     return record
 
 
-def group_main(family: str, parent: str, out_path: str, err_path: str) -> None:
-    """Run every vectorizer of ORDER for ``family`` with the parent ``fresh`` or ``held``."""
+def group_main(family: str, parent: str, out_path: str, err_path: str, cases: str = ",".join(ORDER)) -> None:
+    """Run the vectorizers ``cases`` (comma-separated, in ORDER's order) for ``family`` with the parent ``fresh`` or
+    ``held``."""
     err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(err, 2)  # workers inherit it: their output lands in the same file, in time order
     import gymnasium as gym
@@ -99,7 +112,7 @@ def group_main(family: str, parent: str, out_path: str, err_path: str) -> None:
         held.step(held.action_space.sample())
     with open(out_path, "a") as out:
         for name in ORDER:
-            if name.startswith("torchrl") and not HAS_TORCHRL:
+            if name not in cases.split(",") or (name.startswith("torchrl") and not HAS_TORCHRL):
                 continue
             out.write(json.dumps(_run_case(name, env_id, env_kwargs)) + "\n")
             out.flush()
@@ -134,8 +147,10 @@ def behavior_main(out_path: str, err_path: str) -> None:
 
 # ------------------------------------------------------------------------------------------ the tests
 def _run_group(tmp_path: pathlib.Path, *args: str) -> tuple[list[dict], str]:
+    """Run ``python tests/test_interop.py FAMILY PARENT OUT ERR [CASES]`` (or ``behavior OUT ERR``)."""
     out, err = tmp_path / "out.jsonl", tmp_path / "err.log"
-    command = [sys.executable, __file__, *args, str(out), str(err)]
+    head, cases = (args[:2], args[2:]) if args[0] != "behavior" else (args[:1], ())
+    command = [sys.executable, __file__, *head, str(out), str(err), *cases]
     process = subprocess.Popen(command, start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     last_count, deadline = 0, time.monotonic() + CASE_TIMEOUT_S
     while process.poll() is None:  # the deadline restarts whenever a case reports
@@ -162,12 +177,16 @@ def _between(text: str, start: str, end: str) -> str:
     return text.split(f"@@{start}@@", 1)[1].split(f"@@{end}@@", 1)[0]
 
 
-@pytest.mark.parametrize("parent", ["fresh", "held"])
-@pytest.mark.parametrize("family", list(FAMILIES))
-def test_vectorizer_matrix(family, parent, tmp_path):
+MATRIX = [pytest.param("maniskill", parent, ORDER, id=f"maniskill-{parent}") for parent in ("fresh", "held")] + [
+    pytest.param("libero", parent, LIBERO_DEFAULT[parent], id=f"libero-{parent}") for parent in ("fresh", "held")] + [
+    pytest.param("libero", parent, ORDER, id=f"libero-{parent}-all", marks=pytest.mark.slow) for parent in ("fresh", "held")]
+
+
+@pytest.mark.parametrize(("family", "parent", "cases"), MATRIX)
+def test_vectorizer_matrix(family, parent, cases, tmp_path):
     pytest.importorskip(FAMILIES[family][2])
-    records, stderr = _run_group(tmp_path, family, parent)
-    assert [r["case"] for r in records] == [c for c in ORDER if HAS_TORCHRL or not c.startswith("torchrl")]
+    records, stderr = _run_group(tmp_path, family, parent, ",".join(cases))
+    assert [r["case"] for r in records] == [c for c in ORDER if c in cases and (HAS_TORCHRL or not c.startswith("torchrl"))]
     problems = []
     for record in records:
         name, expected = record["case"], expected_outcome(record["case"], record["parent_started_simulator"])
@@ -306,9 +325,8 @@ def test_bench_vectorizers_quick_form(tmp_path):
 def test_bench_vectorizers_sequential_form():
     """--sequential (one vector env alive at a time, rebuilt every round) times the same way."""
     pytest.importorskip("mani_skill")
-    rows, stdout = _run_bench_vectorizers("--sequential", "--rounds", "1",
-                                          "--vectorizers", "vla_gym-async,sb3-subproc-forkserver")
-    assert [row["vectorizer"] for row in rows] == ["vla_gym-async", "sb3-subproc-forkserver"]
+    rows, stdout = _run_bench_vectorizers("--sequential", "--rounds", "1", "--vectorizers", "vla_gym-async")
+    assert [row["vectorizer"] for row in rows] == ["vla_gym-async"]
     assert all(row["sequential"] and len(row["blocks"]) == 1 and row["cpu_ms_per_sim_step"] > 0.1 for row in rows)
     assert "maniskill-state (sequential)" in stdout
 
@@ -323,4 +341,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "behavior":
         behavior_main(*sys.argv[2:4])
     else:
-        group_main(*sys.argv[1:5])
+        group_main(*sys.argv[1:6])

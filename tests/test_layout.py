@@ -17,7 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 #: source folder -> the package name it installs as (setup.py's package_dir)
 FOLDERS = {"vla_gym": "vla_gym", "wrappers": "vla_gym.wrappers", "trainers": "vla_gym.trainers"}
 
-pytestmark = pytest.mark.quick
+
 
 
 def _modules() -> dict[str, pathlib.Path]:

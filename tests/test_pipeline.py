@@ -25,6 +25,10 @@ from vla_gym.trainers.runtime.config import config_from_dict
 from vla_gym.vector.envs import VLAAsyncVectorEnv, concat_infos
 
 CLOSE = {"atol": 1e-5, "rtol": 1e-5}
+#: observations of the same episodes under 1 and 2 stages: images bit for bit; float states within the roundoff that
+#: batched inference puts into the actions (a batch of 2 and a batch of 1 may differ in the last bits of a matmul,
+#: and MuJoCo carries that ~1e-9 into the next state)
+SAME_OBS = {"atol": 1e-6, "rtol": 0}
 
 
 def cartpoles(n: int = 4) -> VLAAsyncVectorEnv:
@@ -110,7 +114,7 @@ def assert_same_episodes(one, two):
     for job in steps1:
         assert len(steps1[job]) == len(steps2[job])
         for (obs1, action1, log_prob1), (obs2, action2, log_prob2) in zip(steps1[job], steps2[job]):
-            assert_same(obs1, obs2)  # the env saw the same actions: the same observations, bit for bit
+            assert_same(obs1, obs2, **SAME_OBS)  # the env saw the same actions: the same observations
             torch.testing.assert_close(action1, action2, **CLOSE)
             torch.testing.assert_close(log_prob1, log_prob2, **CLOSE)
 
@@ -124,7 +128,7 @@ def test_ppo_rollouts_are_the_same_with_two_stages():
         envs.close()
     assert one["dones0"].any()  # episodes ended (auto-resets, final-obs bootstraps) inside the rollouts
     for key in one:
-        assert_same(one[key], two[key], **({} if key.startswith("obs") else CLOSE))
+        assert_same(one[key], two[key], **(SAME_OBS if key.startswith("obs") else CLOSE))
 
 
 def test_grpo_episodes_are_the_same_with_two_stages():
@@ -288,7 +292,7 @@ def test_libero_chunked_ppo_rollouts_are_the_same_with_two_stages(libero_envs):
     assert one["actions0"].shape == (4, 2, 4, 7)  # [T, N, chunk, action]
     assert one["dones0"][1].all()  # both envs' 8-step episodes ended at the second chunk and were reset
     for key in one:
-        assert_same(one[key], two[key], **({} if key.startswith("obs") else CLOSE))
+        assert_same(one[key], two[key], **(SAME_OBS if key.startswith("obs") else CLOSE))
 
 
 def test_envs_that_cannot_pipeline_sample_in_one_batched_draw(monkeypatch):

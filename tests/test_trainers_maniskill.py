@@ -119,8 +119,8 @@ def test_suite_evaluation_on_libero_init_states(tmp_path):
 
 
 @pytest.mark.parametrize("script, args", [
-    ("benchmarks/bench_ppo_maniskill.py", ["--minutes", "0.4", "--skip-sb3"]),
-    ("benchmarks/bench_grpo_maniskill.py", ["--ppo-minutes", "0.4", "--grpo-minutes", "0.4", "--episodes", "4"]),
+    ("benchmarks/bench_ppo_maniskill.py", ["--minutes", "0.1", "--skip-sb3"]),
+    ("benchmarks/bench_grpo_maniskill.py", ["--ppo-minutes", "0.1", "--grpo-minutes", "0.1", "--episodes", "2"]),
 ])
 def test_maniskill_benchmarks_short_form(tmp_path, script, args):
     """The learning proofs' scripts end to end in a short form (CI): they run and report; nothing is claimed."""

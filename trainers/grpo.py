@@ -13,32 +13,128 @@ frozen initial policy. Episodes run to their end in ``env.num_envs`` envs per ra
 (:class:`~vla_gym.trainers.rollout.episode_runner.EpisodeRunner`).
 
 ``grpo.init_checkpoint`` starts from a PPO (or GRPO) checkpoint: its actor weights are loaded, its critic dropped.
+
+The ratio, its clip and the sampling (``GRPOConfig`` in trainers/runtime/config.py; defaults are the original
+behaviour, ``examples/configs/libero_object_miniature_grpo_v2.yaml`` the recommended settings for action chunks):
+
+- ``ratio_level`` (``chunk``): ``chunk``, one ratio per action chunk (the joint log-prob of its K x A Gaussian
+  dims); ``step``, one per env step of a chunk; ``dim``, one per action dimension (RLinf / SimpleVLA-RL: per action
+  token). The clip, ``approx_kl`` (and so ``target_kl``) and the KL term act at that level
+  (:mod:`vla_gym.trainers.algorithms.ratio_levels`). ``step``/``dim`` need a policy with per-dimension log-probs
+  (``per_dim``, trainers/policies/base.py); another policy is refused at set-up with a message.
+- ``clip_range_low`` / ``clip_range_high`` (null: ``clip_range``): the ratio is clipped to [1 - low, 1 + high]
+  (DAPO's clip-higher 0.2 / 0.28).
+- ``mask_unexecuted`` (false): sub-actions of a chunk after the episode ended inside it (ActionChunk's
+  ``info["chunk_steps"]``, passed from the runner's ``on_step`` per row into the buffer as ``sub_steps``) count in
+  neither the log-probs nor the ratios.
+- ``logprob_of_executed`` (false): the rollout stores the action clipped to the action space, what the env ran,
+  and its log-prob; the update scores the same clipped action.
+- ``loss_weighting`` (``transition``): ``episode`` weighs each transition 1 / (its episode's transitions), scaled
+  so the mean weight is 1: every episode counts the same, long failures no more than short successes.
+- ``min_mixed_groups`` (0: off), ``max_sampling_rounds`` (4): dynamic sampling, rounds of ``groups_per_update`` new
+  groups until the update holds that many mixed groups over all ranks (every rank stops after the same round:
+  the count is summed over ranks) or the rounds run out. Needs ``filter_uniform_groups``.
+- ``skip_solved_after`` (0: off): a (task, init state) pair whose last K groups all succeeded is skipped when
+  groups are drawn (:mod:`vla_gym.trainers.algorithms.group_sampling`; the history is the same on every rank and
+  saved in checkpoints).
+- ``signal_metrics`` (true): the learning-signal metrics below marked (S).
+
+Metrics each update adds to PPO's (``train/actor/approx_kl``, ``clip_fraction`` and ``clipped_ratio`` are at the
+configured ratio level):
+
+- ``rollout/score_mean``: mean episode score; ``rollout/uniform_groups``, ``rollout/mixed_groups``: fraction of the
+  groups played whose scores are all equal / differ; ``rollout/all_success_groups``, ``rollout/all_fail_groups``
+  (score=success): the uniform ones split; ``rollout/groups``: groups played (all ranks); ``rollout/useful_groups``,
+  ``rollout/useful_episodes``: mixed groups and their episodes (the ones with nonzero advantages);
+  ``rollout/sampling_rounds``: rounds played; ``rollout/episodes_per_useful_group``: episodes played per mixed
+  group (absent when there was none); ``rollout/skipped_solved``, ``rollout/solved_pairs`` (skip_solved_after):
+  draws skipped as solved this update, pairs solved now.
+- ``train/actor/kl_ref``: k3 KL(policy || initial policy) per token of the ratio level; with ``kl_coef > 0`` the
+  minibatch mean of the loss's term, with ``kl_coef = 0`` (S) measured after the update on a probe batch when the
+  policy is small enough to keep a frozen copy (``diagnostic_reference_max_params``), else absent.
+- (S) ``train/actor/approx_kl_dim``, ``clip_fraction_dim``, ``ratio_std_dim`` and the same ``_chunk``: the ratio's
+  statistics per action dimension and per chunk whatever the level (policies with per-dimension log-probs),
+  averaged over the minibatches.
+- (S) ``train/actor/mean_shift_std``: mean over a probe batch (up to ``batch_size`` valid rows, all dims the env
+  ran) of ``|mu_after - mu_before| / std_before`` of the Gaussian's mean, across the update;
+  ``train/actor/std_mean``: the Gaussian's mean std after it (Gaussian policies).
+- (S) ``train/actor/grad_cosine_halves``: cosine between the policy-loss gradients of two random halves of the
+  probe batch, before the update (two extra backward passes; under ddp the halves span the ranks; not under fsdp).
+  Near 0: the batch's gradient is mostly noise.
 """
 from __future__ import annotations
 
+import collections
 import inspect
 import math
 import sys
 import warnings
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
+from gymnasium import spaces
 
 from vla_gym.core.episodes import episode_sums
 from vla_gym.trainers.algorithms.advantages import group_advantages
-from vla_gym.trainers.algorithms.losses import clipped_policy_loss, kl_to_reference
+from vla_gym.trainers.algorithms.group_sampling import (
+    GroupOutcomes,
+    SolvedTracker,
+    draw_unsolved,
+    group_outcomes,
+    sampling_done,
+)
+from vla_gym.trainers.algorithms.losses import kl_to_reference
 from vla_gym.trainers.algorithms.on_policy import OnPolicyAlgorithm
+from vla_gym.trainers.algorithms.ratio_levels import (
+    chunk_view,
+    clipped_token_loss,
+    executed_mask,
+    level_log_probs,
+    masked_row_mean,
+    per_dim_ratio_stats,
+)
 from vla_gym.trainers.policies import policy_class
+from vla_gym.trainers.policies.base import log_prob_options
+from vla_gym.trainers.rollout.batch import index
 from vla_gym.trainers.rollout.buffer import RolloutBuffer
 from vla_gym.trainers.rollout.episode_plan import EpisodeSpec
 from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
 from vla_gym.trainers.runtime.checkpoint import load_actor_weights
 from vla_gym.trainers.runtime.envs import env_attr
 
+#: the per-dimension / per-chunk ratio statistics of every minibatch (policies with per-dimension log-probs)
+PER_DIM_KEYS = tuple(f"train/actor/{stat}_{level}" for level in ("dim", "chunk")
+                     for stat in ("approx_kl", "clip_fraction", "ratio_std"))
+#: measured around the update on a probe batch (signal_metrics)
+PROBE_KEYS = ("train/actor/mean_shift_std", "train/actor/std_mean", "train/actor/kl_ref")
+
+
+class GRPOSetupError(ValueError):
+    """The config asks for something the policy cannot do (the message names the keys to change)."""
+
+
+@dataclass
+class _Terms:
+    """What the policy-loss pass computed: token log-probs and mask at the ratio level, entropy, and the per-dimension
+    log-probs ``[B, K, A]`` (new, old) with the executed mask ``[B, K]`` (None without per-dim log-probs)."""
+
+    new: torch.Tensor
+    token_mask: torch.Tensor | None
+    entropy: torch.Tensor
+    new_dims: torch.Tensor | None = None
+    old_dims: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+
 
 class GRPO(OnPolicyAlgorithm):
     algo = "grpo"
-    extra_train_keys = ("train/actor/kl_ref",)
+    extra_train_keys = ("train/actor/kl_ref", *PER_DIM_KEYS)
+    setup_errors = (*OnPolicyAlgorithm.setup_errors, GRPOSetupError)
+    #: with kl_coef=0, keep a frozen copy of the initial policy for train/actor/kl_ref only when the policy has at most
+    #: this many parameters (a copy of a small policy is cheap; a VLM's is not)
+    diagnostic_reference_max_params = 50_000_000
 
     def _policy_kwargs(self):
         kwargs = dict(self.cfg.policy.kwargs)
@@ -50,22 +146,60 @@ class GRPO(OnPolicyAlgorithm):
         return self.policy.has_critic  # a critic the loss never touches
 
     def prepare_policy(self) -> None:
-        if self.hp.init_checkpoint:
-            dropped = load_actor_weights(self.policy, self.hp.init_checkpoint, "grpo.init_checkpoint", self.device)
+        hp = self.hp
+        if hp.init_checkpoint:
+            dropped = load_actor_weights(self.policy, hp.init_checkpoint, "grpo.init_checkpoint", self.device)
             if dropped and self.dist.is_main:
                 print(f"grpo.init_checkpoint: loaded actor weights, dropped {len(dropped)} critic tensors", flush=True)
         if self.policy.has_critic and self.dist.is_main:
             warnings.warn("GRPO ignores the policy's critic; pass policy.kwargs.critic=false to drop it", stacklevel=2)
+        self._check_policy_options()
         self.reference = None
-        if self.hp.kl_coef > 0:
+        if hp.kl_coef > 0:
             self.reference = self.policy.frozen_copy()
+        elif hp.signal_metrics and sum(p.numel() for p in self.policy.parameters()) <= self.diagnostic_reference_max_params:
+            self.reference = self.policy.frozen_copy()  # only for train/actor/kl_ref
+        self.solved = SolvedTracker(hp.skip_solved_after) if hp.skip_solved_after else None
+
+    def _check_policy_options(self) -> None:
+        """Per-dimension log-probs and executed actions where the config needs them (a clear error otherwise)."""
+        hp = self.hp
+        options = log_prob_options(self.policy)
+        name = type(self.policy).__name__
+        self._per_dim = "per_dim" in options
+        needs = [key for key, on in (("grpo.ratio_level=" + hp.ratio_level, hp.ratio_level != "chunk"),
+                                     ("grpo.mask_unexecuted=true", hp.mask_unexecuted)) if on]
+        if needs and not self._per_dim:
+            raise GRPOSetupError(
+                f"{' and '.join(needs)} need per-dimension log-probs, which {name} does not give (its act/evaluate "
+                "take no per_dim keyword): set grpo.ratio_level=chunk and grpo.mask_unexecuted=false, or give the "
+                "policy per_dim (trainers/policies/base.py)")
+        if hp.logprob_of_executed and "executed" not in options:
+            raise GRPOSetupError(
+                f"grpo.logprob_of_executed=true needs a policy whose act takes executed=True (clip to the action "
+                f"space before the log-prob); {name} does not: set grpo.logprob_of_executed=false")
+        space = self.policy.action_space
+        #: K: env steps per action (chunk)
+        self._steps = int(space.shape[0]) if isinstance(space, spaces.Box) and len(space.shape) == 2 else 1
+        self._act_kwargs: dict[str, Any] = {}
+        if self._per_dim:
+            self._act_kwargs["per_dim"] = True
+        if hp.logprob_of_executed:
+            self._act_kwargs["executed"] = True
 
     def extra_state(self):
-        return {"reference": self.reference.state_dict()} if self.reference is not None else {}
+        state = {}
+        if self.reference is not None:
+            state["reference"] = self.reference.state_dict()
+        if self.solved is not None:
+            state["solved"] = self.solved.state_dict()
+        return state
 
     def load_extra_state(self, state):
         if self.reference is not None and "reference" in state:
             self.reference.load_state_dict(state["reference"])
+        if self.solved is not None and "solved" in state:
+            self.solved.load_state_dict(state["solved"])
 
     # ------------------------------------------------------------------------------------- rollouts
     def start_rollouts(self, seeds: list[int]) -> None:
@@ -78,81 +212,311 @@ class GRPO(OnPolicyAlgorithm):
         self.runner = EpisodeRunner(self.envs, self.policy, self.cfg.rollout.pipeline_stages)
         self.tasks = env_attr(self.envs, "tasks") or []
         self.fixed_task = env_attr(self.envs, "task_id")
+        self.last_skipped = 0
 
-    def group_specs(self) -> list[EpisodeSpec]:
-        """This rank's groups for the current update: ``group_size`` identical specs per group."""
-        per_rank = self.hp.groups_per_update // self.dist.world_size
-        specs = []
+    def group_specs(self, round: int = 0) -> list[EpisodeSpec]:
+        """This rank's groups for the current update's sampling ``round``: ``group_size`` identical specs per group.
+
+        Group ``g`` is drawn from ``default_rng([seed, g])`` (pairs solved under ``skip_solved_after`` are redrawn
+        from ``[seed, g, attempt]``); ``g`` counts groups over updates, rounds and ranks, so every group is new."""
+        hp = self.hp
+        per_rank = hp.groups_per_update // self.dist.world_size
+        rounds_per_update = hp.max_sampling_rounds if hp.min_mixed_groups > 0 else 1
+        first = (self.num_updates * rounds_per_update + round) * hp.groups_per_update + self.dist.rank * per_rank
+        specs, self.last_skipped = [], 0
         for j in range(per_rank):
-            group = self.num_updates * self.hp.groups_per_update + self.dist.rank * per_rank + j
-            rng = np.random.default_rng([self.cfg.seed, group])
-            task_id = init_state_id = None
-            if self.tasks:
-                task_id = self.fixed_task if self.fixed_task is not None else int(rng.integers(len(self.tasks)))
-                count = self.tasks[task_id].num_init_states
-                if count:
-                    init_state_id = int(rng.integers(min(count, self.hp.train_init_states or count)))
-            spec = EpisodeSpec(seed=int(rng.integers(2**31 - 1)), task_id=task_id, init_state_id=init_state_id)
-            specs += [spec] * self.hp.group_size
+            spec, skipped = draw_unsolved(lambda attempt, group=first + j: self._draw_group(group, attempt), self.solved)
+            self.last_skipped += skipped
+            specs += [spec] * hp.group_size
         return specs
+
+    def _draw_group(self, group: int, attempt: int) -> tuple[tuple[int, int] | None, EpisodeSpec]:
+        """((task, init state) or None, spec) of group number ``group``."""
+        rng = np.random.default_rng([self.cfg.seed, group] if attempt == 0 else [self.cfg.seed, group, attempt])
+        task_id = init_state_id = None
+        if self.tasks:
+            task_id = self.fixed_task if self.fixed_task is not None else int(rng.integers(len(self.tasks)))
+            count = self.tasks[task_id].num_init_states
+            if count:
+                init_state_id = int(rng.integers(min(count, self.hp.train_init_states or count)))
+        spec = EpisodeSpec(seed=int(rng.integers(2**31 - 1)), task_id=task_id, init_state_id=init_state_id)
+        return _pair(spec), spec
+
+    def _play(self, specs: list[EpisodeSpec], offset: int) -> tuple[list, list[tuple]]:
+        """Play ``specs``; returns (results, records): per recorded step ``(obs, actions, log_probs, jobs, sub_steps)``
+        with jobs shifted by ``offset`` and ``sub_steps[i]`` the env steps row i's action (chunk) ran (-1: all)."""
+        steps: list[tuple] = []
+        ran: dict[int, list[int]] = collections.defaultdict(list)
+
+        def on_step(jobs: np.ndarray, chunk_steps: np.ndarray) -> None:
+            for i in np.flatnonzero(jobs >= 0):
+                ran[int(jobs[i])].append(int(chunk_steps[i]))
+
+        results = self.runner.run(specs, deterministic=False, recorder=lambda *step: steps.append(step),
+                                  on_step=on_step, act_kwargs=self._act_kwargs)
+        records, seen = [], collections.Counter()
+        for obs, actions, log_probs, jobs in steps:
+            jobs = np.asarray(jobs)
+            sub_steps = np.full(len(jobs), -1, dtype=np.int64)
+            for row in np.flatnonzero(jobs >= 0):
+                job = int(jobs[row])
+                if seen[job] < len(ran[job]):
+                    sub_steps[row] = ran[job][seen[job]]
+                seen[job] += 1
+            records.append((obs, actions, log_probs, np.where(jobs >= 0, jobs + offset, -1), sub_steps))
+        return results, records
+
+    def _record_solved(self, specs: list[EpisodeSpec], outcome: GroupOutcomes) -> None:
+        """Every rank's group outcomes of a round into the solved history (the same on every rank)."""
+        keys = [_pair(spec) for spec in specs[::self.hp.group_size]]
+        local = list(zip(keys, outcome.all_success.tolist()))
+        for part in self.dist.gather_objects(local):
+            for key, all_success in part:
+                self.solved.record(key, all_success)
 
     def collect_rollouts(self):
         hp = self.hp
-        steps: list[tuple] = []
-        specs = self.group_specs()
-        results = self.runner.run(specs, deterministic=False, recorder=lambda *step: steps.append(step))
-        if hp.score == "success" and any(r.success is None for r in results):
-            raise ValueError(f"{self.cfg.env.id} does not report info['success']: use grpo.score=return")
-        scores = torch.tensor([float(r.success) if hp.score == "success" else r.episode_return for r in results])
-        advantages = group_advantages(scores, hp.group_size, hp.normalize_std)
-        grouped = scores.reshape(-1, hp.group_size)
-        uniform = (grouped == grouped[:, :1]).all(dim=1)
-        keep = torch.ones(len(specs), dtype=torch.bool)
-        if hp.filter_uniform_groups:
-            keep = (~uniform).repeat_interleave(hp.group_size)
+        success = hp.score == "success"
+        results, records, outcomes = [], [], []
+        rounds = mixed_found = skipped = 0
+        while True:
+            specs = self.group_specs(rounds)
+            skipped += self.last_skipped
+            played, played_records = self._play(specs, offset=len(results))
+            if success and any(r.success is None for r in played):
+                raise ValueError(f"{self.cfg.env.id} does not report info['success']: use grpo.score=return")
+            outcome = group_outcomes(_scores(played, success), hp.group_size, success)
+            if self.solved is not None:
+                self._record_solved(specs, outcome)
+            results += played
+            records += played_records
+            outcomes.append(outcome)
+            rounds += 1
+            if hp.min_mixed_groups > 0:  # the same sum on every rank: every rank stops after the same round
+                mixed_found += int(self.dist.sum_tensor(torch.tensor([float(outcome.mixed.sum())])).item())
+            if sampling_done(mixed_found, rounds, hp.min_mixed_groups, hp.max_sampling_rounds):
+                break
 
-        width = len(steps[0][3]) if steps else self.num_envs  # a pipeline stage's envs per record
-        buffer = RolloutBuffer(len(steps), width, self.device)
-        for obs, actions, log_probs, jobs in steps:
+        scores = _scores(results, success)
+        advantages = group_advantages(scores, hp.group_size, hp.normalize_std)
+        mixed = torch.cat([o.mixed for o in outcomes])
+        uniform = ~mixed
+        keep = torch.ones(len(results), dtype=torch.bool)
+        if hp.filter_uniform_groups:
+            keep = mixed.repeat_interleave(hp.group_size)
+
+        prepared, rows_per_episode = [], torch.zeros(len(results))
+        for obs, actions, log_probs, jobs, sub_steps in records:
             jobs = torch.as_tensor(jobs)
             valid = jobs >= 0
             valid[valid.clone()] = keep[jobs[valid]]
-            step_advantages = torch.where(valid, advantages[jobs.clamp(min=0)], 0.0)  # its episode's advantage
-            buffer.add(obs, actions, log_probs, valid=valid, advantages=step_advantages)
+            rows_per_episode += torch.bincount(jobs[valid], minlength=len(results)).float()
+            prepared.append((obs, actions, log_probs, jobs, sub_steps, valid))
+        if hp.min_mixed_groups > 0:  # drop steps of the dropped groups (more rounds: more of them)
+            prepared = [record for record in prepared if record[-1].any()] or prepared[:1]
 
         sums, counts = episode_sums(results, [task.name for task in self.tasks])  # env/... as PPO logs them
         lengths, returns = sums["env/episode_len"], sums["env/return"]
+        groups = len(mixed)
         sums.update({"rollout/rewards": returns, "rollout/score_mean": scores.sum().item(),
-                     "rollout/uniform_groups": uniform.float().sum().item()})
+                     "rollout/uniform_groups": uniform.float().sum().item(),
+                     "rollout/mixed_groups": mixed.float().sum().item()})
         counts.update({"rollout/rewards": lengths, "rollout/score_mean": len(results),
-                       "rollout/uniform_groups": len(grouped)})
+                       "rollout/uniform_groups": groups, "rollout/mixed_groups": groups})
+        if success:
+            for key, part in (("all_success", "all_success"), ("all_fail", "all_fail")):
+                sums[f"rollout/{key}_groups"] = torch.cat([getattr(o, part) for o in outcomes]).float().sum().item()
+                counts[f"rollout/{key}_groups"] = groups
+        kept_episodes = int((rows_per_episode > 0).sum())
+        valid_rows = sum(int(record[-1].sum()) for record in prepared)
+        totals = self.dist.sum_tensor(torch.tensor(
+            [lengths, valid_rows, kept_episodes, len(results), groups, float(mixed.sum()), skipped],
+            dtype=torch.float64)).tolist()
+        total_rows, total_kept = totals[1], totals[2]
+
+        weights = None
+        if hp.loss_weighting == "episode":  # 1 / (the episode's transitions), mean 1 over all ranks' transitions
+            weights = (total_rows / max(total_kept, 1.0)) / rows_per_episode.clamp(min=1.0)
+        width = len(records[0][3]) if records else self.num_envs  # a pipeline stage's envs per record
+        buffer = RolloutBuffer(len(prepared), width, self.device)
+        for obs, actions, log_probs, jobs, sub_steps, valid in prepared:
+            step_advantages = torch.where(valid, advantages[jobs.clamp(min=0)], 0.0)  # its episode's advantage
+            extras = {}
+            if hp.mask_unexecuted:
+                extras["sub_steps"] = torch.as_tensor(sub_steps)
+            if weights is not None:
+                extras["row_weights"] = torch.where(valid, weights[jobs.clamp(min=0)], 0.0)
+            buffer.add(obs, actions, log_probs, valid=valid, advantages=step_advantages, extras=extras)
+
         valid_adv = buffer.advantages[buffer.valid]
         sums["rollout/advantages_mean"], counts["rollout/advantages_mean"] = valid_adv.sum().item(), valid_adv.numel()
         metrics = self.dist.weighted_mean(sums, counts)
         metrics["rollout/advantages_max"] = self.dist.max(valid_adv.max().item() if valid_adv.numel() else -1e30)
         metrics["rollout/advantages_min"] = self.dist.min(valid_adv.min().item() if valid_adv.numel() else 1e30)
-        totals = self.dist.sum_tensor(torch.tensor([lengths, int(buffer.valid.sum())], dtype=torch.float64)).tolist()
+        episodes_played, groups_played, mixed_total = totals[3], totals[4], totals[5]
+        metrics.update({"rollout/groups": groups_played, "rollout/useful_groups": mixed_total,
+                        "rollout/useful_episodes": mixed_total * hp.group_size, "rollout/sampling_rounds": rounds})
+        if mixed_total:
+            metrics["rollout/episodes_per_useful_group"] = episodes_played / mixed_total
+        if self.solved is not None:
+            metrics["rollout/skipped_solved"] = totals[6]
+            metrics["rollout/solved_pairs"] = self.solved.num_solved()
         self.num_timesteps += int(totals[0])
-        num_minibatches = math.ceil(totals[1] / hp.batch_size)  # 0 when every group of every rank was uniform
+        num_minibatches = math.ceil(total_rows / hp.batch_size)  # 0 when every group of every rank was uniform
         return buffer, num_minibatches, metrics
 
     # ----------------------------------------------------------------------------------------- loss
+    def _policy_terms(self, batch, model) -> tuple[torch.Tensor, dict[str, float], _Terms]:
+        """The clipped surrogate at the configured ratio level (no entropy, no KL)."""
+        hp = self.hp
+        low, high = hp.clip_bounds
+        obs, actions = batch["obs"], batch["actions"]
+        if self._per_dim:
+            new_dims, entropy, _ = model(obs, actions, per_dim=True)
+            new_dims = chunk_view(new_dims, self._steps)
+            old_dims = chunk_view(batch["log_probs"], self._steps)
+            mask = executed_mask(batch.get("sub_steps"), self._steps)
+            new, token_mask = level_log_probs(new_dims, hp.ratio_level, mask)
+            old, _ = level_log_probs(old_dims, hp.ratio_level, mask)
+            terms = _Terms(new, token_mask, entropy, new_dims, old_dims, mask)
+        else:
+            log_probs, entropy, _ = model(obs, actions)
+            new, old = log_probs.reshape(-1, 1), batch["log_probs"].reshape(-1, 1)
+            terms = _Terms(new, None, entropy)
+        policy_loss, stats = clipped_token_loss(new, old, batch["advantages"], low, high, terms.token_mask,
+                                                batch.get("row_weights"))
+        return policy_loss, stats, terms
+
+    def _level_tokens(self, policy, obs, actions, mask: torch.Tensor | None):
+        """``policy``'s log-probs of the stored actions at the ratio level: (``[B, T]``, token mask or None)."""
+        if self._per_dim:
+            dims = chunk_view(policy.evaluate(obs, actions, per_dim=True)[0], self._steps)
+            return level_log_probs(dims, self.hp.ratio_level, mask)
+        return policy.evaluate(obs, actions)[0].reshape(-1, 1), None
+
     def loss(self, batch):
         hp = self.hp
-        log_probs, entropy, _ = self.model(batch["obs"], batch["actions"])
-        policy_loss, stats = clipped_policy_loss(log_probs, batch["log_probs"], batch["advantages"], hp.clip_range)
-        entropy_mean = entropy.mean()
+        policy_loss, stats, terms = self._policy_terms(batch, self.model)
+        if terms.new_dims is not None:
+            stats.update(per_dim_ratio_stats(terms.new_dims, terms.old_dims, terms.mask, *hp.clip_bounds))
+        entropy_mean = terms.entropy.mean()
         loss = policy_loss
         if hp.ent_coef:
             loss = loss - hp.ent_coef * entropy_mean
-        if self.reference is not None:
+        if hp.kl_coef > 0:
             with torch.no_grad():
-                ref_log_probs, _, _ = self.reference.evaluate(batch["obs"], batch["actions"])
-            kl = kl_to_reference(log_probs, ref_log_probs).mean()
+                ref_log_probs, _ = self._level_tokens(self.reference, batch["obs"], batch["actions"], terms.mask)
+            kl = masked_row_mean(kl_to_reference(terms.new, ref_log_probs), terms.token_mask).mean()
             loss = loss + hp.kl_coef * kl
             stats["train/actor/kl_ref"] = kl.item()
         stats.update({"train/actor/policy_loss": policy_loss.item(), "train/entropy_loss": entropy_mean.item()})
         return loss, stats
+
+    # ---------------------------------------------------------------------------- signal metrics
+    def _update(self, buffer: RolloutBuffer, num_minibatches: int) -> dict[str, float]:
+        if not self.hp.signal_metrics or num_minibatches == 0:  # the same on every rank
+            return super()._update(buffer, num_minibatches)
+        probe = self._probe(buffer)
+        before = self._gaussian_snapshot(probe)
+        cosine = self._grad_cosine(probe)
+        metrics = super()._update(buffer, num_minibatches)
+        metrics.update(self._probe_metrics(probe, before))
+        if cosine is not None:
+            metrics["train/actor/grad_cosine_halves"] = cosine
+        return metrics
+
+    def _probe(self, buffer: RolloutBuffer) -> dict[str, Any]:
+        """Up to ``batch_size`` (over all ranks) random valid rows of this rank; weight 0 (row 0) when it has none.
+        Its own generator: the minibatches' stay as without the metrics."""
+        rows = torch.nonzero(buffer.valid.flatten()).squeeze(-1).cpu()
+        if rows.numel() == 0:
+            return buffer.batch(torch.zeros(1, dtype=torch.long), weight=0.0)
+        size = max(2, math.ceil(self.hp.batch_size / self.dist.world_size))
+        order = np.random.default_rng([self.cfg.seed, self.num_updates, self.dist.rank, 1]).permutation(rows.numel())
+        return buffer.batch(rows[torch.as_tensor(order[:size])], weight=1.0)
+
+    def _gaussian_snapshot(self, probe) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The Gaussian's (mean, log_std) on the probe rows (None: not a Gaussian policy, or no rows here)."""
+        with torch.no_grad(), self.dist.gathered(self.policy):  # collective under fsdp: every rank enters
+            if not probe["weight"] or not callable(getattr(self.policy, "distribution", None)):
+                return None
+            dist = self.policy.distribution(probe["obs"])
+            if not (hasattr(dist, "mean") and hasattr(dist, "log_std")):
+                return None
+            return dist.mean.detach().clone(), dist.log_std.detach().clone()
+
+    def _grad_cosine(self, probe) -> float | None:
+        """Cosine between the policy-loss gradients of two random halves of the probe rows (module docstring)."""
+        if self.dist.enabled and self.cfg.distributed.strategy == "fsdp":
+            return None
+        n = probe["advantages"].shape[0]
+        weight = float(probe["weight"]) if n >= 2 else 0.0  # ddp: a rank without rows still runs both passes
+        order = np.random.default_rng([self.cfg.seed, self.num_updates, self.dist.rank, 2]).permutation(n)
+        halves = [order[: n // 2], order[n // 2:]] if n >= 2 else [order, order]
+        first = None
+        for half in halves:
+            self.optimizer.zero_grad(set_to_none=True)
+            loss, _, _ = self._policy_terms(_rows(probe, torch.as_tensor(half)), self.model)
+            (loss * weight).backward()
+            if first is None:
+                first = [None if p.grad is None else p.grad.detach().clone() for p in self._params]
+        dot = norm_a = norm_b = 0.0
+        for a, p in zip(first, self._params):
+            b = p.grad
+            if a is not None:
+                norm_a += a.double().square().sum().item()
+            if b is not None:
+                norm_b += b.double().square().sum().item()
+            if a is not None and b is not None:
+                dot += (a.double() * b.double()).sum().item()
+        self.optimizer.zero_grad(set_to_none=True)
+        if not norm_a or not norm_b:
+            return None
+        return dot / math.sqrt(norm_a * norm_b)
+
+    def _probe_metrics(self, probe, before) -> dict[str, float]:
+        """Mean shift in stds and mean std after the update; KL to the reference when the loss has no KL term."""
+        sums = dict.fromkeys(PROBE_KEYS, 0.0)
+        counts = dict.fromkeys(PROBE_KEYS, 0.0)
+        with torch.no_grad(), self.dist.gathered(self.policy):
+            if probe["weight"]:
+                mask = executed_mask(probe.get("sub_steps"), self._steps)
+                if before is not None:
+                    dist = self.policy.distribution(probe["obs"])
+                    mean_before, log_std_before = before
+                    shift = chunk_view((dist.mean - mean_before).abs() * torch.exp(-log_std_before), self._steps)
+                    ran = torch.ones_like(shift, dtype=torch.bool) if mask is None else mask.unsqueeze(-1).expand_as(shift)
+                    sums["train/actor/mean_shift_std"] = shift[ran].sum().item()
+                    counts["train/actor/mean_shift_std"] = float(ran.sum())
+                    sums["train/actor/std_mean"] = dist.log_std.exp().mean().item()
+                    counts["train/actor/std_mean"] = 1.0
+                if self.reference is not None and self.hp.kl_coef == 0:
+                    obs, actions = probe["obs"], probe["actions"]
+                    new, token_mask = self._level_tokens(self.policy, obs, actions, mask)
+                    ref, _ = self._level_tokens(self.reference, obs, actions, mask)
+                    kl = masked_row_mean(kl_to_reference(new, ref), token_mask)
+                    sums["train/actor/kl_ref"] = kl.sum().item()
+                    counts["train/actor/kl_ref"] = float(kl.numel())
+        return self.dist.weighted_mean(sums, counts)
+
+
+def _pair(spec: EpisodeSpec) -> tuple[int, int] | None:
+    """The (task, init state) a group starts from, None when the env has no fixed init states."""
+    if spec.init_state_id is None:
+        return None
+    return (-1 if spec.task_id is None else int(spec.task_id), int(spec.init_state_id))
+
+
+def _scores(results, success: bool) -> torch.Tensor:
+    return torch.tensor([float(r.success) if success else r.episode_return for r in results])
+
+
+def _rows(batch: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
+    """The rows ``rows`` of a minibatch dict."""
+    out = {key: value[rows.to(value.device)] for key, value in batch.items() if isinstance(value, torch.Tensor)}
+    out["obs"] = index(batch["obs"], rows)
+    out["weight"] = batch["weight"]
+    return out
 
 
 def _init_params(cls) -> set[str]:

@@ -18,12 +18,24 @@ a tensor ``[B, D]`` for Box envs (CartPole), or for vla_gym envs a dict
 ``{"images": {role: uint8 [B, H, W, 3]}, "state": float32 [B, D], "instruction": list of B str}``.
 Everything model specific (normalisation, tokenisation, resizing) happens inside the policy.
 
-``forward(obs, actions)`` is :meth:`evaluate`, so a ``DistributedDataParallel`` wrapper synchronises
+``forward(obs, actions, **kwargs)`` is :meth:`evaluate`, so a ``DistributedDataParallel`` wrapper synchronises
 gradients of exactly the pass the losses use.
+
+Optional keywords (a policy offers them by accepting them; :func:`log_prob_options` lists what a policy offers,
+and GRPO asks for them only when its config needs them, so policies without them keep working):
+
+- ``per_dim=True`` in ``act`` and ``evaluate``: log-probs per action dimension, ``[B, *action_shape]`` (a token
+  policy: one per action token, ``[B, K*A]``) instead of their sum ``[B]``; entropy stays ``[B]``. GRPO's
+  ``ratio_level: dim | step`` and ``mask_unexecuted`` need it. :class:`DistributionPolicy` and the action-token
+  VLA offer it.
+- ``executed=True`` in ``act``: the returned actions are clipped to what the env executes
+  (:meth:`DistributionPolicy.executed_actions`) and the log-probs are those of the clipped actions (GRPO's
+  ``logprob_of_executed``). :class:`DistributionPolicy` offers it.
 """
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Any
 
 import numpy as np
@@ -65,8 +77,8 @@ class Policy(nn.Module):
             return None
         raise NotImplementedError(f"{type(self).__name__} has a critic but does not implement value()")
 
-    def forward(self, obs: Obs, actions: torch.Tensor):
-        return self.evaluate(obs, actions)
+    def forward(self, obs: Obs, actions: torch.Tensor, **kwargs):
+        return self.evaluate(obs, actions, **kwargs)
 
     def imitation_loss(self, obs: Obs, expert_actions: torch.Tensor) -> torch.Tensor:
         """Behaviour-cloning loss (scalar, with grad) of expert ``actions`` ``[B, *action_shape]`` (trainers/sft.py).
@@ -115,15 +127,67 @@ class DistributionPolicy(Policy):
     def _heads(self, obs: Obs):
         raise NotImplementedError
 
-    def act(self, obs: Obs, deterministic: bool = False):
+    def act(self, obs: Obs, deterministic: bool = False, per_dim: bool = False, executed: bool = False):
+        """``per_dim``: log-probs per action dimension; ``executed``: actions clipped to what the env runs, and
+        their log-probs (module docstring)."""
         with torch.no_grad():
             dist, values = self._heads(obs)
             actions = dist.mode() if deterministic else dist.sample()
-            return actions, dist.log_prob(actions), values
+            if executed:
+                actions = self.executed_actions(actions)
+            return actions, _log_prob(dist, actions, per_dim), values
 
-    def evaluate(self, obs: Obs, actions: torch.Tensor):
+    def evaluate(self, obs: Obs, actions: torch.Tensor, per_dim: bool = False):
         dist, values = self._heads(obs)
-        return dist.log_prob(actions), dist.entropy(), values
+        return _log_prob(dist, actions, per_dim), dist.entropy(), values
+
+    def distribution(self, obs: Obs):
+        """The action distribution for ``obs`` (GRPO's diagnostics read a Gaussian's ``mean`` and ``log_std``)."""
+        return self._heads(obs)[0]
+
+    def executed_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """``actions`` (in the policy's action space) clipped so that :meth:`to_env_actions` would not clip them:
+        to the Box bounds, mapped through ``action_stats``' un-normalisation when set. Discrete: unchanged."""
+        if not isinstance(self.action_space, spaces.Box) or not actions.is_floating_point():
+            return actions
+        low, high = policy_space_bounds(self.action_space, self.action_stats)
+        low = torch.as_tensor(low, dtype=actions.dtype, device=actions.device)
+        high = torch.as_tensor(high, dtype=actions.dtype, device=actions.device)
+        return torch.maximum(torch.minimum(actions, high), low)
+
+
+def _log_prob(dist, actions: torch.Tensor, per_dim: bool) -> torch.Tensor:
+    return dist.log_prob(actions, per_dim=True) if per_dim else dist.log_prob(actions)
+
+
+def policy_space_bounds(action_space: spaces.Box, action_stats: dict | None) -> tuple[np.ndarray, np.ndarray]:
+    """The Box bounds in the policy's action space: the env's bounds, or with ``action_stats`` the actions whose
+    un-normalisation (``q01 + (a + 1) / 2 * (q99 - q01)``, affine per dimension) lands on them (unbounded for a
+    dimension whose un-normalisation is constant)."""
+    low = np.asarray(action_space.low, dtype=np.float64)
+    high = np.asarray(action_space.high, dtype=np.float64)
+    if action_stats is None:
+        return low, high
+    offset = unnormalize_actions(np.zeros(low.shape), action_stats)
+    scale = unnormalize_actions(np.ones(low.shape), action_stats) - offset
+    safe = np.where(scale != 0, scale, 1.0)
+    ends = np.stack([(low - offset) / safe, (high - offset) / safe])
+    low_p = np.where(scale != 0, ends.min(0), -np.inf)
+    high_p = np.where(scale != 0, ends.max(0), np.inf)
+    return low_p, high_p
+
+
+def log_prob_options(policy: Policy) -> set[str]:
+    """The optional keywords of the Policy API (module docstring) that ``policy`` accepts: ``per_dim`` (in both
+    ``act`` and ``evaluate``) and ``executed`` (in ``act``)."""
+    act = inspect.signature(policy.act).parameters
+    evaluate = inspect.signature(policy.evaluate).parameters
+    options = set()
+    if "per_dim" in act and "per_dim" in evaluate:
+        options.add("per_dim")
+    if "executed" in act:
+        options.add("executed")
+    return options
 
     def imitation_loss(self, obs: Obs, expert_actions: torch.Tensor) -> torch.Tensor:
         """Negative log-likelihood of the expert's actions under the action distribution (mean over the batch)."""

@@ -6,8 +6,10 @@
     (torch.Size([2, 4, 7]), torch.Size([2]))
 
 Box spaces of any shape (action chunks included) get a diagonal Gaussian with a state-independent
-log standard deviation; ``log_prob`` and ``entropy`` sum over every action dimension. Discrete
-spaces get a Categorical. Both ignore Box bounds: the policy clips before the env (as SB3 does).
+log standard deviation; ``log_prob`` and ``entropy`` sum over every action dimension (``log_prob(actions,
+per_dim=True)`` keeps them: ``[B, *shape]``, what GRPO's per-dimension and per-step ratios need). Discrete
+spaces get a Categorical (``per_dim=True``: ``[B, 1]``). Both ignore Box bounds: the policy clips before the
+env (as SB3 does).
 
 Sampling noise comes from torch's global generator, or, inside ``with row_generators(gens):``, row ``i`` of a batch
 from ``gens[i]`` (one ``torch.Generator`` per row): then a row's sample does not depend on which other rows share
@@ -78,9 +80,11 @@ class DiagGaussian:
     def mode(self) -> torch.Tensor:
         return self.mean
 
-    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+    def log_prob(self, actions: torch.Tensor, per_dim: bool = False) -> torch.Tensor:
+        """``[B]``: summed over every action dimension; ``per_dim``: ``[B, *shape]``, one per dimension."""
         z = (actions - self.mean) * torch.exp(-self.log_std)
-        return (-0.5 * z.square() - self.log_std - _LOG_SQRT_2PI).flatten(1).sum(1)
+        per_dim_log_probs = -0.5 * z.square() - self.log_std - _LOG_SQRT_2PI
+        return per_dim_log_probs if per_dim else per_dim_log_probs.flatten(1).sum(1)
 
     def entropy(self) -> torch.Tensor:
         return (self.log_std + 0.5 + _LOG_SQRT_2PI).flatten(1).sum(1)
@@ -99,8 +103,10 @@ class Categorical:
     def mode(self) -> torch.Tensor:
         return self.logits.argmax(-1)
 
-    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
-        return self.logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    def log_prob(self, actions: torch.Tensor, per_dim: bool = False) -> torch.Tensor:
+        """``[B]`` (``per_dim``: ``[B, 1]``, the one dimension there is)."""
+        log_probs = self.logits.gather(-1, actions.long().unsqueeze(-1))
+        return log_probs if per_dim else log_probs.squeeze(-1)
 
     def entropy(self) -> torch.Tensor:
         return -(self.logits.exp() * self.logits).sum(-1)

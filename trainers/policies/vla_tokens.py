@@ -114,7 +114,8 @@ class ActionTokenVLAPolicy(TrainableStateMixin, Policy):
 
     # ------------------------------------------------------------------------------- Policy API
     @torch.no_grad()
-    def act(self, obs: Obs, deterministic: bool = False):
+    def act(self, obs: Obs, deterministic: bool = False, per_dim: bool = False):
+        """``per_dim``: one log-prob per action token ``[B, K*A]`` instead of their sum (GRPO's per-token ratio)."""
         from transformers import GenerationConfig, LogitsProcessorList
 
         inputs = self.vlm.inputs(obs)
@@ -128,7 +129,8 @@ class ActionTokenVLAPolicy(TrainableStateMixin, Policy):
         out = self.vlm.model.generate(**inputs, generation_config=config,
                                       logits_processor=LogitsProcessorList([sampler]))
         tokens = out.sequences[:, inputs["input_ids"].shape[1]:]
-        log_probs = torch.stack(sampler.log_probs, dim=1).sum(1)
+        log_probs = torch.stack(sampler.log_probs, dim=1)
+        log_probs = log_probs if per_dim else log_probs.sum(1)
         values = self.value_head(out.hidden_states[0][-1][:, -1]) if self.has_critic else None
         return tokens, log_probs, values
 
@@ -150,11 +152,12 @@ class ActionTokenVLAPolicy(TrainableStateMixin, Policy):
         logits = out.logits[:, :n, self.tokenizer.first_token_id:self.tokenizer.vocab_size].float()
         return torch.log_softmax(logits / self.temperature, dim=-1), hidden
 
-    def evaluate(self, obs: Obs, actions: torch.Tensor):
+    def evaluate(self, obs: Obs, actions: torch.Tensor, per_dim: bool = False):
         tokens = actions.long()
         log_p, hidden = self._forward(obs, tokens)
         bins = tokens - self.tokenizer.first_token_id
-        log_probs = log_p.gather(-1, bins.unsqueeze(-1)).squeeze(-1).sum(1)
+        log_probs = log_p.gather(-1, bins.unsqueeze(-1)).squeeze(-1)
+        log_probs = log_probs if per_dim else log_probs.sum(1)
         entropy = -(log_p.exp() * log_p).sum(-1).sum(1)
         return log_probs, entropy, self.value_head(hidden) if self.has_critic else None
 

@@ -4,11 +4,16 @@
     buffer.add(obs, actions, log_probs, values, rewards, dones, valid)   # PPO: once per vector step
     buffer.bootstrap(t, rows, gamma * final_values)                      # truncated episodes, if any
     buffer.compute_gae(last_values, gamma=0.99, gae_lambda=0.95)         # advantages and returns
-    buffer.add(obs, actions, log_probs, valid=valid, advantages=adv)     # GRPO: advantages given per step
+    buffer.add(obs, actions, log_probs, valid=valid, advantages=adv,     # GRPO: advantages given per step,
+               extras={"sub_steps": steps})                          #   per-row extras minibatched by name
     for mb in buffer.minibatches(num_minibatches=4, generator=g): ...     # dicts of tensors
 
 The buffer is the only writer of its tensors: everything goes in through these methods, and the
 rollout, PPO and GRPO only read them.
+
+``log_probs`` is ``[T, N]``, or ``[T, N, ...]`` when the first ``add`` passes per-dimension log-probs (GRPO with a
+``per_dim`` policy). ``extras`` are further per-row tensors (the same keys at every ``add``), handed out in the
+minibatches under their names.
 
 ``valid`` marks transitions to learn from. It is False for the step a NEXT_STEP vector env spends
 resetting a finished sub-env (its action is ignored) and, in GRPO, for steps after an episode ended.
@@ -38,6 +43,7 @@ class RolloutBuffer:
         self.valid = torch.ones(shape, dtype=torch.bool, device=self.device)
         self.advantages = torch.zeros(shape, device=self.device)
         self.returns = torch.zeros(shape, device=self.device)
+        self.extras: dict[str, torch.Tensor] = {}
         self.pos = 0
 
     def reset(self) -> None:
@@ -47,8 +53,10 @@ class RolloutBuffer:
     def full(self) -> bool:
         return self.pos == self.n_steps
 
-    def add(self, obs, actions, log_probs, values=None, rewards=None, dones=None, valid=None, advantages=None) -> None:
-        """Store one vector step (``[N]`` each; actions ``[N, ...]``) at the next row.
+    def add(self, obs, actions, log_probs, values=None, rewards=None, dones=None, valid=None, advantages=None,
+            extras: dict[str, torch.Tensor] | None = None) -> None:
+        """Store one vector step (``[N]`` each; actions ``[N, ...]``; log_probs ``[N]`` or ``[N, ...]``; extras
+        ``{name: [N, ...]}``) at the next row.
 
         Left out: value 0, reward 0, not done, valid, advantage 0 (PPO's come from :meth:`compute_gae`).
         """
@@ -58,6 +66,20 @@ class RolloutBuffer:
         if self.actions is None:
             with torch.inference_mode(False):  # normal tensors: the update takes views of them into autograd
                 self.actions = torch.zeros((self.n_steps, *actions.shape), dtype=actions.dtype, device=self.device)
+        log_probs = torch.as_tensor(log_probs)
+        if t == 0 and log_probs.dim() > 1 and tuple(self.log_probs.shape[1:]) != tuple(log_probs.shape):
+            with torch.inference_mode(False):  # per-dimension log-probs
+                self.log_probs = torch.zeros((self.n_steps, *log_probs.shape), device=self.device)
+        extras = extras or {}
+        if set(extras) != set(self.extras) and t > 0:
+            raise ValueError(f"RolloutBuffer.add: extras {sorted(extras)} differ from the first add's "
+                             f"{sorted(self.extras)}")
+        for key, value in extras.items():
+            value = torch.as_tensor(value)
+            if key not in self.extras:
+                with torch.inference_mode(False):
+                    self.extras[key] = torch.zeros((self.n_steps, *value.shape), dtype=value.dtype, device=self.device)
+            self.extras[key][t] = value.to(self.device)
         self.obs.write(t, obs)
         self.actions[t] = actions
         self.log_probs[t] = log_probs
@@ -89,12 +111,7 @@ class RolloutBuffer:
         A minibatch with no rows (fewer valid rows than minibatches) holds row 0 with weight 0,
         so the caller still runs its backward pass and distributed ranks stay in step.
         """
-        obs = self.obs.flat()
-        flat = {
-            "actions": self.actions.reshape(-1, *self.actions.shape[2:]),
-            "log_probs": self.log_probs.flatten(), "values": self.values.flatten(),
-            "advantages": self.advantages.flatten(), "returns": self.returns.flatten(),
-        }
+        obs, flat = self.obs.flat(), self._flat()
         if num_minibatches == 1 and bool(self.valid.all()):  # one full batch: its order does not matter
             yield dict(flat, obs=obs, weight=1.0)
             return
@@ -104,7 +121,22 @@ class RolloutBuffer:
             weight = 1.0
             if chunk.numel() == 0:
                 chunk, weight = torch.zeros(1, dtype=torch.long), 0.0
-            batch = {key: value[chunk.to(value.device)] for key, value in flat.items()}
-            batch["obs"] = index(obs, chunk)
-            batch["weight"] = weight
-            yield batch
+            yield self.batch(chunk, weight, obs=obs, flat=flat)
+
+    def batch(self, rows: torch.Tensor, weight: float = 1.0, obs=None, flat=None) -> dict:
+        """The minibatch dict of the given flat row indices (``t * N + n``)."""
+        obs = self.obs.flat() if obs is None else obs
+        flat = self._flat() if flat is None else flat
+        batch = {key: value[rows.to(value.device)] for key, value in flat.items()}
+        batch["obs"] = index(obs, rows)
+        batch["weight"] = weight
+        return batch
+
+    def _flat(self) -> dict[str, torch.Tensor]:
+        flat = {
+            "actions": self.actions.reshape(-1, *self.actions.shape[2:]),
+            "log_probs": self.log_probs.reshape(-1, *self.log_probs.shape[2:]), "values": self.values.flatten(),
+            "advantages": self.advantages.flatten(), "returns": self.returns.flatten(),
+        }
+        flat.update({key: value.reshape(-1, *value.shape[2:]) for key, value in self.extras.items()})
+        return flat

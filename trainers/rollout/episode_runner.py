@@ -58,6 +58,10 @@ from vla_gym.trainers.runtime.envs import autoreset_mode, env_attr
 #: pipeline_stages=1) before it is taken, for that stage's rows; ``jobs[i]`` is the index of the episode the stage's
 #: env i is running, -1 when it is idle (its transition is to be ignored)
 Recorder = Callable[[Any, torch.Tensor, torch.Tensor, np.ndarray], None]
+#: on_step(jobs, chunk_steps): one call per vector step once its results are in, for all envs: ``jobs[i]`` as above,
+#: ``chunk_steps[i]`` the env steps env i ran in it (``info["chunk_steps"]`` of an ActionChunk, -1 when not reported).
+#: A job's k-th on_step is the result of its k-th recorded step (GRPO masks the sub-actions a chunk did not run)
+StepObserver = Callable[[np.ndarray, np.ndarray], None]
 
 
 class EpisodeRunner:
@@ -114,8 +118,11 @@ class EpisodeRunner:
     def run(
         self, specs: Sequence[EpisodeSpec], deterministic: bool = True, recorder: Recorder | None = None,
         video_dir: str | os.PathLike | None = None, video_episodes: int = 0, video_prefix: str = "episode",
+        on_step: StepObserver | None = None, act_kwargs: dict[str, Any] | None = None,
     ) -> list[EpisodeResult]:
-        """Play every spec once; results in spec order."""
+        """Play every spec once; results in spec order. ``act_kwargs``: extra keywords of ``policy.act`` (GRPO's
+        ``per_dim`` / ``executed``)."""
+        act_kwargs = dict(act_kwargs or {})
         n = self.num_envs
         queue = TaskAffinityQueue(specs)
         job = np.full(n, -1)
@@ -155,7 +162,7 @@ class EpisodeRunner:
             obs = to_torch(stage_obs, self.device)
             row_gens = None if generators is None else [generators[job[i]] if job[i] >= 0 else idle for i in rows]
             with row_generators(row_gens):
-                actions, log_probs, _ = self.policy.act(obs, deterministic=deterministic)
+                actions, log_probs, _ = self.policy.act(obs, deterministic=deterministic, **act_kwargs)
             if recorder is not None:
                 recorder(obs, actions, log_probs, job[rows.start:rows.stop].copy())
             stepper.send(stage, self.policy.env_actions(actions))
@@ -177,6 +184,8 @@ class EpisodeRunner:
                 stepper.drain()  # videos may call render() on the envs: no step in flight
             ended = {episode.env_index: episode for episode in counter.step(rewards, terminated, truncated, infos,
                                                                              active=job >= 0)}
+            if on_step is not None:
+                on_step(job.copy(), counter.chunk_steps.copy())
             freed = []
             for i in np.flatnonzero(job >= 0):
                 if job[i] in frames:

@@ -113,6 +113,8 @@ class EpisodeCounter:
 
     ``counter.returns``, ``counter.lengths`` and ``counter.success`` hold the running figures as of the last
     step (the finished totals right after an episode ended; they restart at the next step of that sub-env).
+    ``counter.chunk_steps`` holds the env steps each sub-env ran in the last step (``info["chunk_steps"]``), -1
+    where it was not reported or the step belonged to no episode.
     Call :meth:`restart` after resetting sub-envs by hand (``envs.reset``), not after auto-resets.
     """
 
@@ -124,6 +126,7 @@ class EpisodeCounter:
         self.success = np.zeros(self.num_envs, dtype=bool)
         self.reports_success = np.zeros(self.num_envs, dtype=bool)
         self.counted = np.zeros(self.num_envs, dtype=bool)  #: sub-envs whose last step belonged to an episode
+        self.chunk_steps = np.full(self.num_envs, -1, dtype=np.int64)  #: info["chunk_steps"] of the last step
         self._ended = np.zeros(self.num_envs, dtype=bool)
 
     def restart(self, envs: Iterable[int] | None = None) -> None:
@@ -153,6 +156,7 @@ class EpisodeCounter:
         success, has_success = _step_column(infos, SUCCESS, final, n)
         self.returns += np.where(counted, rewards, 0.0)
         self.lengths += np.where(counted, np.where(has_steps, chunk_steps, 1), 0).astype(np.int64)
+        self.chunk_steps = np.where(counted & has_steps, chunk_steps, -1).astype(np.int64)
         self.reports_success |= counted & has_success
         self.success |= counted & has_success & (success != 0)
 
