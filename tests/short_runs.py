@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import shutil
 import socket
 import subprocess
@@ -60,9 +61,11 @@ def simulator(env_id: str) -> str:
 
 
 def trainer_script(config: pathlib.Path) -> str:
-    """The entry point a config is for, from its name (``*_ppo.yaml`` / ``*_grpo.yaml``)."""
+    """The entry point a config is for, from its name (``*_ppo.yaml`` / ``*_grpo.yaml``, or a variant of one:
+    ``*_grpo_v2.yaml``)."""
+    stem = re.sub(r"_v\d+$", "", config.stem)
     for algo in ("ppo", "grpo", "sft"):
-        if config.stem.endswith(f"_{algo}"):
+        if stem.endswith(f"_{algo}"):
             return f"trainers/{algo}.py"
     raise AssertionError(f"{config.name}: name it *_ppo.yaml or *_grpo.yaml (the trainer it runs), "
                          "or teach tests/short_runs.py its entry point")

@@ -37,6 +37,7 @@ from vla_gym.trainers.policies.base import log_prob_options, policy_space_bounds
 from vla_gym.trainers.rollout.buffer import RolloutBuffer
 from vla_gym.trainers.rollout.episode_plan import EpisodeSpec
 from vla_gym.trainers.runtime.config import ConfigError, config_from_dict, load_config
+from vla_gym.trainers.runtime.distributed import Distributed
 
 K, A = 4, 3
 CONFIG_V2 = "examples/configs/libero_object_miniature_grpo_v2.yaml"
@@ -124,6 +125,20 @@ def test_a_chunk_ratio_over_56_dims_clips_a_mean_shift_that_per_dim_ratios_keep(
     assert kl_dim == pytest.approx(shift**2 / 2, rel=0.1) and kl_chunk == pytest.approx(56 * shift**2 / 2, rel=0.1)
     assert kl_chunk > 1.5 * 0.03  # the libero miniature config's target_kl stops the update here
     assert clip_chunk > 0.25 and clip_dim < 0.01
+
+
+@pytest.mark.quick
+def test_per_dim_ratios_keep_learning_where_the_chunk_ratio_is_clipped():
+    """56 dims whose ratios each grew 5 % (well inside the clip) make a chunk ratio of 1.05^56 = 15: clipped, so
+    the chunk-level loss (the old behaviour) has no gradient left for this good action; per dimension it has."""
+    new = torch.full((1, 8, 7), math.log(1.05)).requires_grad_(True)
+    old, adv = torch.zeros(1, 8, 7), torch.ones(1)
+    grads = {}
+    for level in ("chunk", "dim"):
+        loss, stats = clipped_token_loss(level_log_probs(new, level)[0], level_log_probs(old, level)[0], adv, 0.2, 0.28)
+        grads[level] = torch.autograd.grad(loss, new)[0]
+        assert stats["train/actor/clip_fraction"] == (1.0 if level == "chunk" else 0.0)
+    assert torch.count_nonzero(grads["chunk"]) == 0 and (grads["dim"] < 0).all()
 
 
 @pytest.mark.quick
@@ -473,6 +488,11 @@ def test_dynamic_sampling_plays_rounds_until_enough_mixed_groups():
     assert buffer.valid.sum() > 0 and num_minibatches == math.ceil(int(buffer.valid.sum()) / 8)
     # only the mixed groups' steps are kept: their advantages are nonzero with the success score
     assert (buffer.advantages[buffer.valid] != 0).all()
+    early = toy_grpo(groups_per_update=1, filter_uniform_groups=True, min_mixed_groups=1, max_sampling_rounds=6)
+    early.start_rollouts([0])
+    m = early.collect_rollouts()[2]
+    assert m["rollout/useful_groups"] == 1 and m["rollout/sampling_rounds"] < 6  # stops at the first mixed group
+    early.close()
     off = toy_grpo(groups_per_update=1, filter_uniform_groups=True)
     off.start_rollouts([0])
     assert off.collect_rollouts()[2]["rollout/sampling_rounds"] == 1
@@ -482,3 +502,48 @@ def test_dynamic_sampling_plays_rounds_until_enough_mixed_groups():
     assert first != second and second != grpo.group_specs(0)
     grpo.close()
     off.close()
+
+
+class TwoIdenticalRanks(Distributed):
+    """One process that reduces as if a second rank had found the same: sums doubled."""
+
+    def sum_tensor(self, tensor):
+        return tensor * 2
+
+
+@pytest.mark.quick
+def test_dynamic_sampling_stops_on_the_sum_over_ranks():
+    """Every rank stops after the same round: the stop rule reads the all-ranks sum of mixed groups, so here
+    (the other rank found as many) one mixed group on this rank is enough for min_mixed_groups=2."""
+    alone = toy_grpo(groups_per_update=1, filter_uniform_groups=True, min_mixed_groups=1, max_sampling_rounds=6)
+    alone.start_rollouts([0])
+    rounds_to_first_mixed = alone.collect_rollouts()[2]["rollout/sampling_rounds"]
+    paired = toy_grpo(groups_per_update=1, filter_uniform_groups=True, min_mixed_groups=2, max_sampling_rounds=6)
+    paired.dist = TwoIdenticalRanks()
+    paired.start_rollouts([0])
+    m = paired.collect_rollouts()[2]
+    assert m["rollout/sampling_rounds"] == rounds_to_first_mixed and m["rollout/useful_groups"] == 2
+    alone.close()
+    paired.close()
+
+
+def test_v2_settings_on_libero_mask_the_sub_steps_after_a_truncation():
+    """The real ActionChunk: 6-step episodes in chunks of 4 run 4 + 2 sub-steps; the second chunk's last 2 are
+    masked, the stored actions are the executed ones, and an update at the v2 settings runs."""
+    pytest.importorskip("libero.libero")
+    import vla_gym
+
+    envs = vla_gym.make_vec("VLA/LiberoObject-v0", 2, vectorization="sync", max_episode_steps=6,
+                            wrappers=[{"name": "ActionChunk", "kwargs": {"chunk_size": 4}}], cameras=["main"],
+                            image_size=32)
+    grpo = GRPO("mlp", envs, group_size=2, groups_per_update=1, n_epochs=1, batch_size=64, ratio_level="dim",
+                clip_range_high=0.28, mask_unexecuted=True, logprob_of_executed=True, loss_weighting="episode",
+                policy_kwargs={"hidden_sizes": [16], "critic": False, "log_std_init": 0.0})
+    grpo.start_rollouts([0])
+    buffer, _, _ = grpo.collect_rollouts()
+    valid = buffer.valid.flatten()
+    assert sorted(buffer.extras["sub_steps"].flatten()[valid].tolist()) == [2, 2, 4, 4]
+    assert (buffer.actions.flatten(0, 1)[valid].abs() <= 1).all()
+    grpo.learn(grpo.num_timesteps + 1)  # the rollout above counted its steps
+    assert grpo.num_updates == 1 and "train/actor/clip_fraction_dim" in grpo.last_metrics
+    grpo.close()

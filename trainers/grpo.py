@@ -214,15 +214,19 @@ class GRPO(OnPolicyAlgorithm):
         self.fixed_task = env_attr(self.envs, "task_id")
         self.last_skipped = 0
 
-    def group_specs(self, round: int = 0) -> list[EpisodeSpec]:
-        """This rank's groups for the current update's sampling ``round``: ``group_size`` identical specs per group.
+    def group_specs(self, sampling_round: int | None = None) -> list[EpisodeSpec]:
+        """This rank's groups for the current update's sampling round (default: the one being played,
+        ``self.sampling_round``): ``group_size`` identical specs per group.
 
         Group ``g`` is drawn from ``default_rng([seed, g])`` (pairs solved under ``skip_solved_after`` are redrawn
         from ``[seed, g, attempt]``); ``g`` counts groups over updates, rounds and ranks, so every group is new."""
         hp = self.hp
+        if sampling_round is None:
+            sampling_round = getattr(self, "sampling_round", 0)
         per_rank = hp.groups_per_update // self.dist.world_size
         rounds_per_update = hp.max_sampling_rounds if hp.min_mixed_groups > 0 else 1
-        first = (self.num_updates * rounds_per_update + round) * hp.groups_per_update + self.dist.rank * per_rank
+        first = ((self.num_updates * rounds_per_update + sampling_round) * hp.groups_per_update
+                 + self.dist.rank * per_rank)
         specs, self.last_skipped = [], 0
         for j in range(per_rank):
             spec, skipped = draw_unsolved(lambda attempt, group=first + j: self._draw_group(group, attempt), self.solved)
@@ -280,7 +284,8 @@ class GRPO(OnPolicyAlgorithm):
         results, records, outcomes = [], [], []
         rounds = mixed_found = skipped = 0
         while True:
-            specs = self.group_specs(rounds)
+            self.sampling_round = rounds
+            specs = self.group_specs()
             skipped += self.last_skipped
             played, played_records = self._play(specs, offset=len(results))
             if success and any(r.success is None for r in played):

@@ -8,7 +8,8 @@
 suite in a loop; N envs do it N at a time), with task affinity (:class:`~vla_gym.trainers.rollout.scheduling.
 TaskAffinityQueue`: a freed env takes the next queued episode of the task it has loaded, so a GRPO group's
 episodes stay on the env slots that loaded its scene). GRPO uses the same runner with a ``recorder`` to keep each
-step's transitions. Results stay in spec order; envs without tasks get the episodes first in, first out.
+step's transitions (and ``on_step`` for the sub-steps each action chunk ran). Results stay in spec order; envs
+without tasks get the episodes first in, first out.
 
 Resets go through the vector env's public ``reset(seed=..., options=...)`` only (``reset_mask``: the freed envs).
 vla_gym's vector envs (``accepts_per_env_options``) take one options dict per sub-env, so one call resets every
