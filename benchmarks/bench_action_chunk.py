@@ -11,7 +11,6 @@ and one JSON line.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
@@ -19,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 import vla_gym
+from vla_gym.runtime.cli_args import script_parser
 from vla_gym.wrappers import ActionChunk
 
 
@@ -57,7 +57,7 @@ def time_chunks(env: ActionChunk, actions: np.ndarray, seed: int) -> Timer:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = script_parser(__doc__)
     parser.add_argument("--env-id", default="VLA/Libero10-v0")
     parser.add_argument("--task-id", type=int, default=0, help="-1: let the env draw")
     parser.add_argument("--image-size", type=int, default=224)

@@ -20,7 +20,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import statistics
@@ -29,6 +28,8 @@ import time
 
 import gymnasium as gym
 import numpy as np
+
+from vla_gym.runtime.cli_args import script_parser
 
 CHUNK = 8
 
@@ -183,7 +184,7 @@ def throughput(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--only", choices=["rebuild", "throughput"])
     parser.add_argument("--num-envs", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=8)

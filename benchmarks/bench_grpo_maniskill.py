@@ -15,12 +15,13 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import subprocess
 import sys
 import tempfile
+
+from vla_gym.runtime.cli_args import script_parser
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
@@ -48,7 +49,7 @@ def eval_curve(run_dir: pathlib.Path) -> list[tuple[int, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--checkpoint", help="start from this PPO checkpoint instead of training one")
     parser.add_argument("--ppo-minutes", type=float, default=4.0)
     parser.add_argument("--grpo-minutes", type=float, default=15.0)

@@ -11,10 +11,11 @@ default (hard) reset + set_init_state against vla_gym's same-task (soft) reset.
 """
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
+
+from vla_gym.runtime.cli_args import script_parser
 
 
 def make_raw(size: int, task_id: int):
@@ -36,7 +37,7 @@ def time_steps(step, actions) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--steps", type=int, default=60, help="steps per round")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--resets", type=int, default=3)

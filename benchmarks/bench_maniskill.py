@@ -16,10 +16,11 @@ GPU: ``ManiSkillVectorEnv`` over the raw GPU env against :func:`make_gpu_vector_
 """
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
+
+from vla_gym.runtime.cli_args import script_parser
 
 TASK, RAW_TASK, ROBOT, CONTROL = "VLA/ManiSkill-PickCube-v0", "PickCube-v1", "panda_wristcam", "pd_ee_delta_pose"
 
@@ -110,7 +111,7 @@ def bench_gpu(mode: str, size: int, num_envs: int, steps: int, seed: int) -> Non
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--modes", nargs="+", default=["state", "images"], choices=["state", "images"])
     parser.add_argument("--size", type=int, default=224, help="image height and width")
     parser.add_argument("--episodes", type=int, default=None,

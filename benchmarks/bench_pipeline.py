@@ -17,7 +17,6 @@ smaller of (env step) and (inference) behind the other: the gain is largest wher
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -25,11 +24,13 @@ import time
 
 import torch
 
+from vla_gym.runtime.cli_args import script_parser
+
 SMALL_VLA = "vla_gym.trainers.policies.vla_small:SmallVLAPolicy"
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--env-id", default="VLA/LiberoObject-v0")
     parser.add_argument("--num-envs", type=int, default=2)
     parser.add_argument("--chunk-size", type=int, default=8)

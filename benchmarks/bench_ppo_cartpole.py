@@ -16,13 +16,14 @@ of 10 deterministic evaluation episodes after training.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
 import gymnasium as gym
 import numpy as np
 import torch
+
+from vla_gym.runtime.cli_args import script_parser
 
 HPARAMS = {"n_steps": 32, "batch_size": 256, "n_epochs": 20, "gamma": 0.98, "gae_lambda": 0.8, "ent_coef": 0.0,
            "vf_coef": 0.5, "max_grad_norm": 0.5}
@@ -144,7 +145,7 @@ def plot(results: dict, path: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--plot", help="write the learning curves to this PNG")

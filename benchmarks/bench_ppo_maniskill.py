@@ -16,7 +16,6 @@ steps per second. The numbers depend on the machine's load: run it on an otherwi
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -26,6 +25,8 @@ import tempfile
 import time
 
 import numpy as np
+
+from vla_gym.runtime.cli_args import script_parser
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ENV_ID = "VLA/ManiSkill-PushCube-v0"
@@ -154,7 +155,7 @@ def plot(results: dict, path: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--minutes", type=float, default=15.0, help="wall-clock budget of each implementation")
     parser.add_argument("--skip-sb3", action="store_true")
     parser.add_argument("--sb3-from", help="reuse the SB3 results of an earlier run's --json (SB3's side does not "

@@ -35,7 +35,6 @@ Prints one JSON line per vectorizer and config, then a Markdown table.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -43,6 +42,8 @@ import time
 
 from interop_drivers import VECTORIZERS as KNOWN_VECTORIZERS
 from interop_drivers import make_vectorized
+
+from vla_gym.runtime.cli_args import script_parser
 
 CONFIGS = {
     "libero": ("VLA/LiberoSpatial-v0", {"task_id": 0, "cameras": ("main",), "image_size": 128}),
@@ -208,7 +209,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = script_parser(__doc__)
     parser.add_argument("--families", default="libero,maniskill", help=f"comma list from {list(CONFIGS)}")
     parser.add_argument("--num-envs", default="2,4")
     parser.add_argument("--chunks", default="1,4")

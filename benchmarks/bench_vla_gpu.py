@@ -22,11 +22,12 @@ the model side only (the env costs nothing).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
 import time
+
+from vla_gym.runtime.cli_args import script_parser
 
 
 def synthetic_env_class():
@@ -82,7 +83,7 @@ def make_envs(args, env_kwargs: dict, wrappers: list):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--family", choices=("paligemma", "smolvlm", "pi0"), default="paligemma")
     parser.add_argument("--policy", choices=("tokens", "continuous", "pi0"), default="tokens")
     parser.add_argument("--env", default="VLA/ManiSkill-PickCube-v0")

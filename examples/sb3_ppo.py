@@ -11,8 +11,6 @@ envs run in SB3's SubprocVecEnv. Episode metrics reach SB3's logger through a sm
 """
 from __future__ import annotations
 
-import argparse
-
 import gymnasium as gym
 import numpy as np
 from stable_baselines3 import PPO
@@ -22,6 +20,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import SubprocVecEnv
 
 import vla_gym
+from vla_gym.runtime.cli_args import script_parser
 from vla_gym.wrappers import EpisodeMetrics, SB3Compat, summarize_episodes
 
 
@@ -46,7 +45,7 @@ class LogEpisodeMetrics(BaseCallback):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = script_parser(__doc__)
     parser.add_argument("--env-id", default="VLA/ManiSkill-PickCube-v0")
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--num-envs", type=int, default=1)

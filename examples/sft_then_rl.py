@@ -31,12 +31,14 @@ import subprocess
 import sys
 import time
 
+from vla_gym.runtime.cli_args import script_parser
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIGS = pathlib.Path("examples/configs")  # commands run in the repository root
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--env", default="VLA/ManiSkill-PushCube-v0")
     parser.add_argument("--image-size", type=int, default=96)
     parser.add_argument("--demos", type=int, default=34, help="expert episodes attempted (the solved ones are kept)")

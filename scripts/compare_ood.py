@@ -11,11 +11,11 @@ with each checkpoint's success and the change from the first.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import sys
 
+from vla_gym.runtime.cli_args import script_parser
 from vla_gym.trainers.evaluation.ood import ood_report_from_rows, percent, summary_header, summary_values
 
 
@@ -60,7 +60,7 @@ def compare_markdown(reports: dict[str, dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("reports", nargs="+", help="report directories (or ood.json files), first = baseline")
     parser.add_argument("--labels", nargs="+", help="one per report (default: the directory names)")
     parser.add_argument("--out", help="also write the Markdown here")

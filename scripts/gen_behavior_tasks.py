@@ -232,7 +232,10 @@ def render(table: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # plain argparse: this script runs in a bddl 3.x venv without vla_gym (the examples are the docstring's)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="examples:\n  python scripts/"
+                                     "gen_behavior_tasks.py\n  python scripts/gen_behavior_tasks.py --check",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="compare with the committed table instead of writing")
     args = parser.parse_args(argv)
     table = build_table()

@@ -12,13 +12,14 @@ directories are ``trainers/eval.py --video-episodes N --out DIR`` outputs (``eva
 """
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import pathlib
 
 import numpy as np
 from PIL import Image
+
+from vla_gym.runtime.cli_args import script_parser
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -96,7 +97,7 @@ def video_grid(eval_dir: pathlib.Path, out: pathlib.Path, columns: int = 5, widt
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--grpo", required=True, help="GRPO run directory (its tensorboard/ is read)")
     parser.add_argument("--before", required=True, help="trainers/eval.py output of the SFT checkpoint")
     parser.add_argument("--after", required=True, help="trainers/eval.py output of the GRPO checkpoint")

@@ -11,8 +11,6 @@ import pathlib
 import subprocess
 import sys
 
-import pytest
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 #: source folder -> the package name it installs as (setup.py's package_dir)
 FOLDERS = {"vla_gym": "vla_gym", "wrappers": "vla_gym.wrappers", "trainers": "vla_gym.trainers"}

@@ -2,7 +2,7 @@
 
     python trainers/eval.py --checkpoint runs/pushcube/checkpoints/ckpt_00000100.pt --episodes-per-task 50
     python trainers/eval.py --checkpoint CKPT --num-envs 4 --tasks 0,3 --video-episodes 2 env.id=VLA/LiberoSpatial-v0
-    python trainers/eval.py --checkpoint CKPT --episodes-per-task 10 --first-init-state 40   # states 40..49 only
+    python trainers/eval.py --checkpoint CKPT --init-states 40-49                            # states 40..49 only
     torchrun --nproc_per_node=2 trainers/eval.py --checkpoint CKPT --num-envs 2     # episodes split over ranks
     python trainers/eval.py --checkpoint CKPT --ood          # + every seeded perturbation: the OOD table (docs/ood.md)
 
@@ -22,6 +22,13 @@ import argparse
 import pathlib
 import sys
 
+from vla_gym.runtime.cli_args import (
+    add_init_states,
+    add_legacy_first_init_state,
+    add_tasks,
+    init_state_range,
+    parser_with_examples,
+)
 from vla_gym.trainers.evaluation.ood import libero_pro_rows, observes_images, ood_markdown, parse_rows, run_ood
 from vla_gym.trainers.evaluation.report import markdown_table, write_report
 from vla_gym.trainers.rollout.episode_plan import suite_specs
@@ -33,15 +40,20 @@ from vla_gym.trainers.runtime.envs import make_envs
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Evaluate a vla_gym trainer checkpoint (see docs/trainers.md)")
+    parser = parser_with_examples(None, "Evaluate a vla_gym trainer checkpoint (see docs/trainers.md)", [
+        "python trainers/eval.py --checkpoint runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000300.pt --num-envs 4",
+        "python trainers/eval.py --checkpoint runs/libero_small_sft/final.pt --init-states 40-49 --out runs/eval_sft",
+        "python trainers/eval.py --checkpoint runs/libero_small_sft/final.pt --tasks 0-3 --init-states 0-9 --stochastic",
+        "torchrun --nproc_per_node=2 trainers/eval.py --checkpoint CKPT --ood lighting,paraphrase --init-states 40-42",
+    ])
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--out", help="report directory (default: <run dir>/eval-<checkpoint name>)")
     parser.add_argument("--num-envs", type=int, default=1, help="envs per process")
     parser.add_argument("--episodes-per-task", type=int, default=None,
                         help="init states (or seeds) per task; default: all init states, or 10 seeds")
-    parser.add_argument("--tasks", default=None, help="comma-separated task ids (default: all)")
-    parser.add_argument("--first-init-state", type=int, default=0,
-                        help="first initial state of each task (e.g. 40: states 40.. that no demo used)")
+    add_tasks(parser)
+    add_init_states(parser, "initial states of each task (default: all; e.g. 40-49, states no demo used)")
+    add_legacy_first_init_state(parser)
     parser.add_argument("--video-episodes", type=int, default=None,
                         help="record videos of the first N episodes (default 0; with --ood 1 per row)")
     parser.add_argument("--ood", nargs="?", const="all", default=None, metavar="KIND[=STRENGTH],...",
@@ -64,6 +76,12 @@ def default_report_dir(checkpoint: pathlib.Path) -> pathlib.Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    try:
+        args.episodes_per_task, args.first_init_state = init_state_range(
+            args.init_states, args.first_init_state, args.episodes_per_task)
+    except argparse.ArgumentTypeError as exc:
+        print(f"trainers/eval.py: {exc}", file=sys.stderr)
+        return 2
     dist = Distributed.from_env(args.device)
     try:
         state = load_checkpoint(args.checkpoint, map_location=dist.device)
@@ -129,7 +147,7 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
     returns the summary on the main rank (None elsewhere)."""
     envs = make_envs(env_cfg, args.num_envs, kwargs=kwargs)
     try:
-        task_ids = [int(t) for t in args.tasks.split(",")] if args.tasks else None
+        task_ids = args.tasks
         specs = suite_specs(envs, args.episodes_per_task, task_ids, seed=args.seed,
                             first_init_state=args.first_init_state)
         mine = specs[dist.rank::dist.world_size]

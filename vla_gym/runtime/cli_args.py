@@ -41,6 +41,10 @@ def parse_ids(tokens: str | Sequence[str] | None) -> list[int] | None:
             part = part.strip()
             if not part:
                 continue
+            if "=" in part:
+                raise argparse.ArgumentTypeError(
+                    f"{part!r} is not an id: a key=value override after a list of ids is read as one of them; "
+                    "write the ids as one argument (0,3 or 0-4) or put the overrides before the flags")
             first, dash, last = part.partition("-")
             try:
                 low, high = int(first), int(last) if dash else int(first)
@@ -121,5 +125,21 @@ def parser_with_examples(prog: str | None, description: str, examples: Sequence[
     return parser
 
 
+def script_parser(doc: str, **kwargs) -> argparse.ArgumentParser:
+    """The parser of a script whose module docstring starts with what it does and shows commands: ``--help``
+    gives the first paragraph and, as examples, the docstring's command lines (``python ...``, ``torchrun ...``).
+
+    >>> parser = script_parser('''Time a thing.
+    ...
+    ...     python benchmarks/thing.py --quick      # short form
+    ... ''')
+    >>> parser.format_help().rstrip().splitlines()[-2:]
+    ['examples:', '  python benchmarks/thing.py --quick      # short form']
+    """
+    lines = [line.strip() for line in doc.splitlines()]
+    examples = [line for line in lines if line.startswith(("python ", "torchrun ", "vla-gym ", "nice "))]
+    return parser_with_examples(kwargs.pop("prog", None), doc.strip().split("\n\n")[0], examples, **kwargs)
+
+
 __all__ = ["add_ids", "add_init_states", "add_legacy_first_init_state", "add_tasks", "init_state_range",
-           "parse_ids", "parser_with_examples"]
+           "parse_ids", "parser_with_examples", "script_parser"]
