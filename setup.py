@@ -41,7 +41,7 @@ EXTRAS = {
 EXTRAS["test"] = sorted(
     {req for name in ("libero", "maniskill", "video", "train", "sb3", "torchrl", "vla", "bench", "data")
      for req in EXTRAS[name]}
-    | {"pytest>=7", "pytest-timeout"}
+    | {"pytest>=7", "pytest-timeout", "pytest-xdist>=3", "ruff>=0.6"}
 )
 EXTRAS["all"] = EXTRAS["test"]
 

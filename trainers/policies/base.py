@@ -155,6 +155,13 @@ class DistributionPolicy(Policy):
         high = torch.as_tensor(high, dtype=actions.dtype, device=actions.device)
         return torch.maximum(torch.minimum(actions, high), low)
 
+    def imitation_loss(self, obs: Obs, expert_actions: torch.Tensor) -> torch.Tensor:
+        """Negative log-likelihood of the expert's actions under the action distribution (mean over the batch)."""
+        dist, _ = self._heads(obs)
+        target = expert_actions.to(dist.mode().device)
+        target = target.reshape(dist.mode().shape) if target.is_floating_point() else target
+        return -dist.log_prob(target).mean()
+
 
 def _log_prob(dist, actions: torch.Tensor, per_dim: bool) -> torch.Tensor:
     return dist.log_prob(actions, per_dim=True) if per_dim else dist.log_prob(actions)
@@ -188,10 +195,3 @@ def log_prob_options(policy: Policy) -> set[str]:
     if "executed" in act:
         options.add("executed")
     return options
-
-    def imitation_loss(self, obs: Obs, expert_actions: torch.Tensor) -> torch.Tensor:
-        """Negative log-likelihood of the expert's actions under the action distribution (mean over the batch)."""
-        dist, _ = self._heads(obs)
-        target = expert_actions.to(dist.mode().device)
-        target = target.reshape(dist.mode().shape) if target.is_floating_point() else target
-        return -dist.log_prob(target).mean()
