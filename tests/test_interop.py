@@ -1,7 +1,7 @@
 """vla_gym ids under other libraries' vector envs: {ManiSkill, LIBERO} x vectorizer x parent state.
 
-The default run covers ManiSkill's whole matrix and, for LIBERO (whose every worker builds a scene), one case per
-way a worker starts in each parent state (``LIBERO_DEFAULT``); ``-m slow`` runs LIBERO's whole matrix.
+The default run covers, for each family, one case per way a worker starts in each parent state
+(``DEFAULT_CASES``); ``-m slow`` runs the whole matrix.
 Each (family, parent state) group runs in its own Python process under a hard timeout, so a hang fails the
 test instead of stalling CI; the group's process runs this file as a script (``python tests/test_interop.py
 maniskill fresh out.jsonl err.log``) and reports one JSON line per vectorizer. In every case: build 2
@@ -41,10 +41,10 @@ FAMILIES = {
 #: the order a group runs them in: those that fork first, while a fresh parent is still fresh
 ORDER = ("sb3-subproc-fork", "gymnasium-async", "sb3-subproc-forkserver", "sb3-subproc-spawn",
          "gymnasium-async-spawn", "torchrl-parallel", "gymnasium-sync", "sb3-dummy", "torchrl-gymenv")
-#: LIBERO's cases in the default run, one per way a worker comes to be (fork, forkserver, spawn, in process, TorchRL's
-#: own workers), in both parent states; the whole matrix for LIBERO runs with ``-m slow`` (every worker start builds a
-#: LIBERO scene: about 20 s each on 2 cores)
-LIBERO_DEFAULT = {
+#: the cases of the default run, one per way a worker comes to be (fork, forkserver, spawn, in process, TorchRL's own
+#: workers), in both parent states; the whole matrix runs with ``-m slow`` (every worker start imports and builds a
+#: simulator: 5-20 s each on 2 cores)
+DEFAULT_CASES = {
     "fresh": ("sb3-subproc-fork", "sb3-subproc-forkserver", "gymnasium-sync", "torchrl-parallel"),
     "held": ("sb3-subproc-fork", "gymnasium-async", "gymnasium-async-spawn", "sb3-dummy"),
 }
@@ -177,9 +177,10 @@ def _between(text: str, start: str, end: str) -> str:
     return text.split(f"@@{start}@@", 1)[1].split(f"@@{end}@@", 1)[0]
 
 
-MATRIX = [pytest.param("maniskill", parent, ORDER, id=f"maniskill-{parent}") for parent in ("fresh", "held")] + [
-    pytest.param("libero", parent, LIBERO_DEFAULT[parent], id=f"libero-{parent}") for parent in ("fresh", "held")] + [
-    pytest.param("libero", parent, ORDER, id=f"libero-{parent}-all", marks=pytest.mark.slow) for parent in ("fresh", "held")]
+MATRIX = [pytest.param(family, parent, DEFAULT_CASES[parent], id=f"{family}-{parent}")
+          for family in FAMILIES for parent in ("fresh", "held")] + [
+    pytest.param(family, parent, ORDER, id=f"{family}-{parent}-all", marks=pytest.mark.slow)
+    for family in FAMILIES for parent in ("fresh", "held")]
 
 
 @pytest.mark.parametrize(("family", "parent", "cases"), MATRIX)

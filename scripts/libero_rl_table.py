@@ -1,0 +1,141 @@
+"""The LIBERO SFT -> RL table as data: add a measured row to docs/results/libero_rl.json, or print the table.
+
+    python scripts/libero_rl_table.py add --suite object --seed 0 --method grpo --split train --mode greedy \
+        --sft-eval runs/libero_rl/eval_sft_object_s0_train --rl-eval runs/libero_rl/eval_grpo_object_s0_train \
+        --sft-checkpoint runs/libero_rl/sft_object_s0/final.pt --rl-run runs/libero_rl/grpo_object_s0
+    python scripts/libero_rl_table.py table          # the Markdown table the README and docs show
+
+A row is one (suite, seed, method, split, mode): the success of the SFT and the RL checkpoint on the same episodes
+(both ``trainers/eval.py`` reports must have played the same (task, init state, seed) list, or the row is refused),
+the init states, the RL run's env steps and wall-clock minutes (summed over its resumed segments, from its
+TensorBoard ``time/elapsed_s``), the checkpoints and the commit that measured it. Adding a row with the same key
+replaces the old one; the file is written atomically.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+from vla_gym.runtime.cli_args import script_parser
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results" / "libero_rl.json"
+KEY = ("suite", "seed", "method", "split", "mode")
+
+
+def read_eval(directory: pathlib.Path) -> tuple[float, list[tuple], int]:
+    """(success rate, the played (task, init state, seed) list, episodes) of a trainers/eval.py report."""
+    data = json.loads((directory / "eval.json").read_text())
+    played = sorted((e["spec"]["task_id"], e["spec"]["init_state_id"], e["spec"]["seed"]) for e in data["episodes"])
+    return float(data["summary"]["overall"]["success_rate"]), played, len(played)
+
+
+def run_budget(run: pathlib.Path) -> tuple[int, float]:
+    """(env steps, wall minutes) of a training run: its newest checkpoint's counter and the sum over resumed
+    segments of TensorBoard's ``time/elapsed_s`` (it restarts at each resume)."""
+    import torch
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    checkpoints = sorted((run / "checkpoints").glob("ckpt_*.pt"))
+    if not checkpoints:
+        raise SystemExit(f"{run}: no checkpoints/ckpt_*.pt")
+    state = torch.load(checkpoints[-1], map_location="cpu", weights_only=False)
+    accumulator = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    values = [event.value for event in accumulator.Scalars("time/elapsed_s")]
+    total, last = 0.0, 0.0
+    for value in values:
+        if value < last:  # a resume started a new segment
+            total += last
+        last = value
+    return int(state["counters"]["num_timesteps"]), round((total + last) / 60.0, 1)
+
+
+def commit() -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
+    return out.stdout.strip() or "unknown"
+
+
+def relative(path: str | None) -> str | None:
+    if path is None:
+        return None
+    resolved = pathlib.Path(path).resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)
+
+
+def load(path: pathlib.Path = RESULTS) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {"rows": []}
+
+
+def save(data: dict, path: pathlib.Path = RESULTS) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".partial") as handle:
+        handle.write(json.dumps(data, indent=1) + "\n")
+    os.replace(handle.name, path)
+
+
+def add(args) -> dict:
+    sft, sft_played, episodes = read_eval(pathlib.Path(args.sft_eval))
+    rl, rl_played, _ = read_eval(pathlib.Path(args.rl_eval))
+    if sft_played != rl_played:
+        raise SystemExit("the SFT and RL reports played different episodes: evaluate both with the same "
+                         "--tasks / --init-states / --seed")
+    env_steps, minutes = run_budget(pathlib.Path(args.rl_run))
+    checkpoints = sorted((pathlib.Path(args.rl_run) / "checkpoints").glob("ckpt_*.pt"))
+    row = {
+        "suite": args.suite, "seed": args.seed, "method": args.method, "split": args.split, "mode": args.mode,
+        "init_states": sorted({init for _, init, _ in sft_played if init is not None}), "episodes": episodes,
+        "sft": round(sft, 4), "rl": round(rl, 4), "env_steps": env_steps, "wall_minutes": minutes,
+        "commit": commit(), "sft_checkpoint": relative(args.sft_checkpoint),
+        "rl_checkpoint": relative(args.rl_checkpoint or str(checkpoints[-1])),
+    }
+    path = pathlib.Path(args.out)
+    data = load(path)
+    data["rows"] = [r for r in data["rows"] if tuple(r[k] for k in KEY) != tuple(row[k] for k in KEY)] + [row]
+    data["rows"].sort(key=lambda r: tuple(str(r[k]) for k in KEY))
+    save(data, path)
+    return row
+
+
+def table(data: dict) -> str:
+    """One line per row: SFT -> RL success with the change in points."""
+    lines = ["| suite | seed | method | split | mode | episodes | SFT | RL | change | env steps | minutes |",
+             "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in data["rows"]:
+        lines.append(f"| {r['suite']} | {r['seed']} | {r['method']} | {r['split']} | {r['mode']} | {r['episodes']} | "
+                     f"{100 * r['sft']:.0f} % | {100 * r['rl']:.0f} % | {100 * (r['rl'] - r['sft']):+.0f} | "
+                     f"{r['env_steps']:,} | {r['wall_minutes']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = script_parser(__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    adding = sub.add_parser("add", help="add (or replace) a measured row")
+    for flag in ("--suite", "--method", "--split", "--mode"):
+        adding.add_argument(flag, required=True, choices={"--suite": ("object", "spatial"), "--method": ("grpo", "ppo"),
+                                                          "--split": ("train", "heldout"),
+                                                          "--mode": ("greedy", "sampled")}[flag])
+    adding.add_argument("--seed", type=int, required=True, help="the training seed")
+    adding.add_argument("--sft-eval", required=True, help="trainers/eval.py report directory of the SFT checkpoint")
+    adding.add_argument("--rl-eval", required=True, help="... of the RL checkpoint, on the same episodes")
+    adding.add_argument("--sft-checkpoint", required=True)
+    adding.add_argument("--rl-run", required=True, help="the RL run directory (checkpoints/, tensorboard/)")
+    adding.add_argument("--rl-checkpoint", help="default: the run's newest checkpoint")
+    adding.add_argument("--out", default=str(RESULTS))
+    showing = sub.add_parser("table", help="print the Markdown table")
+    showing.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args(argv)
+    if args.command == "add":
+        print(json.dumps(add(args)))
+    else:
+        print(table(load(pathlib.Path(args.out))), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""scripts/libero_rl_table.py: a measured SFT -> RL row into docs/results/libero_rl.json, and the table from it.
+
+The inputs are laid out as trainers/eval.py and a trainer write them (eval.json, checkpoints/, tensorboard/); the
+runs themselves are the configs' short forms in tests/test_examples.py and tests/test_sft.py.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def eval_report(path: pathlib.Path, successes: list[bool], init_states=(0, 1)) -> pathlib.Path:
+    path.mkdir(parents=True)
+    played = [{"spec": {"task_id": t, "init_state_id": i, "seed": 0}, "success": s}
+              for (t, i), s in zip([(t, i) for t in range(len(successes) // len(init_states)) for i in init_states],
+                                   successes)]
+    rate = sum(successes) / len(successes)
+    (path / "eval.json").write_text(json.dumps({"summary": {"overall": {"success_rate": rate}}, "episodes": played}))
+    return path
+
+
+def training_run(path: pathlib.Path, env_steps: int, elapsed: list[float]) -> pathlib.Path:
+    from torch.utils.tensorboard import SummaryWriter
+
+    (path / "checkpoints").mkdir(parents=True)
+    torch.save({"counters": {"num_timesteps": env_steps, "num_updates": 2}}, path / "checkpoints" / "ckpt_00000002.pt")
+    writer = SummaryWriter(str(path / "tensorboard"))
+    for step, value in enumerate(elapsed):
+        writer.add_scalar("time/elapsed_s", value, step)
+    writer.close()
+    return path
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "scripts/libero_rl_table.py", *args], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def test_a_row_is_written_replaced_and_shown(tmp_path):
+    out = tmp_path / "libero_rl.json"
+    sft = eval_report(tmp_path / "sft", [True, False, False, False])
+    rl = eval_report(tmp_path / "rl", [True, True, True, False])
+    # two segments (a resume restarted the clock): 600 s + 300 s = 15 minutes
+    rl_run = training_run(tmp_path / "run", 4321, [100, 600, 50, 300])
+    common = ["--suite", "object", "--seed", "0", "--method", "grpo", "--split", "train", "--sft-eval", str(sft),
+              "--rl-eval", str(rl), "--sft-checkpoint", "runs/sft/final.pt", "--rl-run", str(rl_run), "--out", str(out)]
+    run("add", *common, "--mode", "greedy")
+    run("add", *common, "--mode", "greedy")  # the same key replaces its row
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["sft"], row["rl"], row["episodes"], row["init_states"]) == (0.25, 0.75, 4, [0, 1])
+    assert (row["env_steps"], row["wall_minutes"]) == (4321, 15.0) and row["rl_checkpoint"].endswith("ckpt_00000002.pt")
+    assert set(row) >= {"suite", "seed", "method", "split", "mode", "commit", "sft_checkpoint"}
+    assert "| object | 0 | grpo | train | greedy | 4 | 25 % | 75 % | +50 | 4,321 | 15 |" in run("table", "--out", str(out)).stdout
+
+
+def test_reports_of_different_episodes_are_refused(tmp_path):
+    sft = eval_report(tmp_path / "sft", [True, False])
+    rl = eval_report(tmp_path / "rl", [True, False], init_states=(5, 6))
+    result = subprocess.run([sys.executable, "scripts/libero_rl_table.py", "add", "--suite", "object", "--seed", "0",
+                             "--method", "grpo", "--split", "heldout", "--mode", "greedy", "--sft-eval", str(sft),
+                             "--rl-eval", str(rl), "--sft-checkpoint", "x", "--rl-run", str(tmp_path),
+                             "--out", str(tmp_path / "r.json")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0 and "played different episodes" in result.stderr
