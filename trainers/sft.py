@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from vla_gym.data.lerobot import DemoDataset
 from vla_gym.trainers.algorithms.schedules import schedule
 from vla_gym.trainers.evaluation.periodic import TrainingEvaluator
 from vla_gym.trainers.policies import Policy, make_policy
@@ -100,8 +101,6 @@ class SFT:
     setup_errors = (ValueError, FileNotFoundError)
 
     def __init__(self, cfg: Config, dist: Distributed | None = None, write_run: bool = True):
-        from vla_gym.data.lerobot import DemoDataset
-
         self.cfg, self.hp = cfg, cfg.sft
         if not self.hp.dataset:
             raise ValueError("sft.dataset is not set: record one with `vla-gym demos ENV_ID --out DIR` and pass "

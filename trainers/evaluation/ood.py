@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from vla_gym.ood.perturbations import CATEGORIES, PERTURBATIONS, make_perturbation
+from vla_gym.tasks import libero_pro
 from vla_gym.trainers.runtime.checkpoint import atomic_write_text
 from vla_gym.trainers.runtime.distributed import Distributed
 
@@ -58,9 +59,7 @@ class Row:
     @property
     def category(self) -> str:
         if self.libero_pro:
-            from vla_gym.tasks.libero_pro import category
-
-            return category(self.libero_pro)
+            return libero_pro.category(self.libero_pro)
         return PERTURBATIONS[self.kind].category if self.kind else "ind"
 
     def env_config(self, env_cfg):
@@ -102,8 +101,6 @@ def parse_rows(text: str) -> list[Row]:
 
 def libero_pro_rows(env_id: str) -> list[Row]:
     """A row per LIBERO-PRO suite of ``env_id``'s LIBERO suite that tests vision, semantics or execution."""
-    from vla_gym.tasks import libero_pro
-
     try:
         found = libero_pro.variants(env_id)
     except ValueError as exc:

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from vla_gym.trainers.policies import make_policy
+
 PATTERN = re.compile(r"^ckpt_(\d+)\.pt$")
 #: what torch.load raises on a truncated or corrupted file
 _UNREADABLE = (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile)
@@ -132,8 +134,6 @@ def load_policy(checkpoint: str | os.PathLike | dict[str, Any], device: str | to
     >>> policy = load_policy("runs/pushcube/checkpoints/ckpt_00000100.pt")   # doctest: +SKIP
     >>> actions, _, _ = policy.act(obs_batch, deterministic=True)           # doctest: +SKIP
     """
-    from vla_gym.trainers.policies import make_policy
-
     state = checkpoint if isinstance(checkpoint, dict) else load_checkpoint(checkpoint, map_location=device)
     if state.get("policy_name") is None:
         raise ValueError("this checkpoint's policy was passed to the trainer as an instance: build it the same way "

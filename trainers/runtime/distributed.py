@@ -34,6 +34,8 @@ import torch
 import torch.distributed as tdist
 from torch import nn
 
+from vla_gym.trainers.policies.base import Policy
+
 #: the values of ``distributed.strategy``
 STRATEGIES = ("ddp", "fsdp")
 #: Policy methods besides ``forward`` that run the network (FSDP gathers the parameters around them)
@@ -299,8 +301,6 @@ def _stacked_layers(module: nn.Module) -> list[nn.Module]:
 
 def _policies_in(module: nn.Module) -> list[nn.Module]:
     """The outermost policies in ``module`` (``module`` itself when it is one, or has none inside)."""
-    from vla_gym.trainers.policies.base import Policy
-
     if isinstance(module, Policy):
         return [module]
     found = [m for m in module.modules() if isinstance(m, Policy)]

@@ -45,6 +45,9 @@ from vla_gym.runtime.cli_args import (
     init_state_range,
     parser_with_examples,
 )
+from vla_gym.tasks.libero import suite_tasks
+from vla_gym.tasks.libero_pro import benchmark_name
+from vla_gym.tasks.maniskill import task_specs
 
 SUMMARY_PATH = "meta/vla_gym_demos.json"
 ROBOT_TYPES = {"libero": "panda", "maniskill": "panda"}
@@ -64,14 +67,9 @@ def env_tasks(env_id: str) -> tuple:
     """The TaskSpecs of a registered id, from the task tables (no simulator is built)."""
     entry = check_env_id(env_id)
     if entry.backend == "libero":
-        from vla_gym.tasks.libero import suite_tasks
-        from vla_gym.tasks.libero_pro import benchmark_name
-
         perturbation = entry.kwargs.get("perturbation")  # a LIBERO-PRO id: its own tasks
         return suite_tasks(benchmark_name(entry.kwargs["suite"], perturbation) if perturbation else entry.kwargs["suite"])
     if entry.backend == "maniskill":
-        from vla_gym.tasks.maniskill import task_specs
-
         return task_specs(entry.kwargs["tasks"])
     raise ValueError(f"{env_id}: vla-gym demos records LIBERO and ManiSkill ids (scripted experts need "
                      f"privileged simulator state); {entry.backend} has no expert")

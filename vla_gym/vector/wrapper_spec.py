@@ -29,6 +29,10 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import gymnasium as gym
+
+import vla_gym.wrappers as wrappers
+
 ACCEPTED_FORMS = (
     "accepted forms: a wrapper name from vla_gym.wrappers (e.g. EpisodeMetrics), 'package.module:Class', "
     "{name: ActionChunk, kwargs: {chunk_size: 8}}, or (from Python) a callable env -> env"
@@ -43,10 +47,6 @@ class WrapperSpecError(ValueError):
 
 def available_wrappers() -> list[str]:
     """Names of the gymnasium wrapper classes in :mod:`vla_gym.wrappers`."""
-    import gymnasium as gym
-
-    import vla_gym.wrappers as wrappers
-
     return sorted(name for name in wrappers.__all__
                   if isinstance(getattr(wrappers, name), type) and issubclass(getattr(wrappers, name), gym.Wrapper))
 
@@ -115,9 +115,7 @@ def _resolve_name(name: str, key: str) -> Callable:
             f"{key}: unknown wrapper {name!r}{hint}; vla_gym.wrappers has {', '.join(names)}, "
             f"or give 'package.module:Class'"
         )
-    import vla_gym.wrappers
-
-    return getattr(vla_gym.wrappers, name)
+    return getattr(wrappers, name)
 
 
 def _check_kwargs(wrapper: Callable, name: str, kwargs: dict, key: str) -> None:
