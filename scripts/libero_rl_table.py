@@ -2,7 +2,8 @@
 
     python scripts/libero_rl_table.py add --suite object --seed 0 --method grpo --split train --mode greedy \
         --sft-eval runs/libero_rl/eval_sft_object_s0_train --rl-eval runs/libero_rl/eval_grpo_object_s0_train \
-        --sft-checkpoint runs/libero_rl/sft_object_s0/final.pt --rl-run runs/libero_rl/grpo_object_s0
+        --sft-checkpoint runs/libero_rl/sft_object_s0/final.pt --rl-run runs/libero_rl/grpo_object_s0 \
+        --export-dir docs/results/checkpoints
     python scripts/libero_rl_table.py table          # the Markdown table the README and docs show
 
 A row is one (suite, seed, method, split, mode): the success of the SFT and the RL checkpoint on the same episodes
@@ -21,6 +22,7 @@ import sys
 import tempfile
 
 from vla_gym.runtime.cli_args import script_parser
+from vla_gym.trainers.runtime.checkpoint import save_policy_only
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "libero_rl.json"
@@ -86,12 +88,16 @@ def add(args) -> dict:
                          "--tasks / --init-states / --seed")
     env_steps, minutes = run_budget(pathlib.Path(args.rl_run))
     checkpoints = sorted((pathlib.Path(args.rl_run) / "checkpoints").glob("ckpt_*.pt"))
+    sft_checkpoint, rl_checkpoint = args.sft_checkpoint, args.rl_checkpoint or str(checkpoints[-1])
+    if args.export_dir:  # the models themselves, trained parameters only, beside the results
+        stem = f"libero_{args.suite}_seed{args.seed}"
+        sft_checkpoint = str(save_policy_only(sft_checkpoint, pathlib.Path(args.export_dir) / f"{stem}_sft.pt"))
+        rl_checkpoint = str(save_policy_only(rl_checkpoint, pathlib.Path(args.export_dir) / f"{stem}_{args.method}.pt"))
     row = {
         "suite": args.suite, "seed": args.seed, "method": args.method, "split": args.split, "mode": args.mode,
         "init_states": sorted({init for _, init, _ in sft_played if init is not None}), "episodes": episodes,
         "sft": round(sft, 4), "rl": round(rl, 4), "env_steps": env_steps, "wall_minutes": minutes,
-        "commit": commit(), "sft_checkpoint": relative(args.sft_checkpoint),
-        "rl_checkpoint": relative(args.rl_checkpoint or str(checkpoints[-1])),
+        "commit": commit(), "sft_checkpoint": relative(sft_checkpoint), "rl_checkpoint": relative(rl_checkpoint),
     }
     path = pathlib.Path(args.out)
     data = load(path)
@@ -126,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     adding.add_argument("--sft-checkpoint", required=True)
     adding.add_argument("--rl-run", required=True, help="the RL run directory (checkpoints/, tensorboard/)")
     adding.add_argument("--rl-checkpoint", help="default: the run's newest checkpoint")
+    adding.add_argument("--export-dir", help="also save both models there, trained parameters only (for committing), "
+                                             "and point the row at those copies, e.g. docs/results/checkpoints")
     adding.add_argument("--out", default=str(RESULTS))
     showing = sub.add_parser("table", help="print the Markdown table")
     showing.add_argument("--out", default=str(RESULTS))

@@ -30,6 +30,7 @@ def training_run(path: pathlib.Path, env_steps: int, elapsed: list[float]) -> pa
 
     (path / "checkpoints").mkdir(parents=True)
     torch.save({"counters": {"num_timesteps": env_steps, "num_updates": 2}}, path / "checkpoints" / "ckpt_00000002.pt")
+    torch.save({"counters": {}}, path / "sft.pt")
     writer = SummaryWriter(str(path / "tensorboard"))
     for step, value in enumerate(elapsed):
         writer.add_scalar("time/elapsed_s", value, step)
@@ -51,14 +52,16 @@ def test_a_row_is_written_replaced_and_shown(tmp_path):
     # two segments (a resume restarted the clock): 600 s + 300 s = 15 minutes
     rl_run = training_run(tmp_path / "run", 4321, [100, 600, 50, 300])
     common = ["--suite", "object", "--seed", "0", "--method", "grpo", "--split", "train", "--sft-eval", str(sft),
-              "--rl-eval", str(rl), "--sft-checkpoint", "runs/sft/final.pt", "--rl-run", str(rl_run), "--out", str(out)]
+              "--rl-eval", str(rl), "--sft-checkpoint", str(rl_run / "sft.pt"), "--rl-run", str(rl_run), "--out", str(out)]
     run("add", *common, "--mode", "greedy")
-    run("add", *common, "--mode", "greedy")  # the same key replaces its row
+    run("add", *common, "--mode", "greedy", "--export-dir", str(tmp_path / "models"))  # the same key replaces its row
     rows = json.loads(out.read_text())["rows"]
     assert len(rows) == 1
     row = rows[0]
     assert (row["sft"], row["rl"], row["episodes"], row["init_states"]) == (0.25, 0.75, 4, [0, 1])
-    assert (row["env_steps"], row["wall_minutes"]) == (4321, 15.0) and row["rl_checkpoint"].endswith("ckpt_00000002.pt")
+    assert (row["env_steps"], row["wall_minutes"]) == (4321, 15.0)
+    assert row["rl_checkpoint"].endswith("libero_object_seed0_grpo.pt")  # the exported copies, trained parameters only
+    assert torch.load(row["rl_checkpoint"], weights_only=False) == {}  # (this fake checkpoint holds none of them)
     assert set(row) >= {"suite", "seed", "method", "split", "mode", "commit", "sft_checkpoint"}
     assert "| object | 0 | grpo | train | greedy | 4 | 25 % | 75 % | +50 | 4,321 | 15 |" in run("table", "--out", str(out)).stdout
 

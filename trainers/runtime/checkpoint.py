@@ -94,6 +94,21 @@ def atomic_save(state: dict[str, Any], path: str | os.PathLike) -> pathlib.Path:
     return _write_and_rename(path, path.with_name(path.name + ".tmp"), lambda handle: torch.save(state, handle))
 
 
+#: what a checkpoint needs to be evaluated and to start another run (no optimizer, RNG states or extras)
+POLICY_KEYS = ("algo", "config", "policy", "observation_space", "action_space", "policy_name", "policy_kwargs")
+
+
+def save_policy_only(checkpoint: str | os.PathLike, path: str | os.PathLike) -> pathlib.Path:
+    """A copy of ``checkpoint`` with only the trained parameters and what rebuilds the policy (``POLICY_KEYS``):
+    ``trainers/eval.py --checkpoint``, :func:`load_policy` and ``grpo.init_checkpoint`` take it; a fraction of the
+    size (no Adam moments), for committing a result's models.
+
+    >>> save_policy_only("runs/x/checkpoints/ckpt_00000040.pt", "docs/results/checkpoints/x.pt")   # doctest: +SKIP
+    """
+    state = load_checkpoint(checkpoint)
+    return atomic_save({key: state[key] for key in POLICY_KEYS if key in state}, path)
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> pathlib.Path:
     """Write ``text`` to ``path`` through a temporary file (``.<name>.<pid>.tmp``), fsync and a rename: a reader
     never sees half a file (reports: ``eval.json``, ``eval.md``, ``ood.json``)."""
