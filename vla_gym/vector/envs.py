@@ -133,13 +133,8 @@ def _guard_worker_crash(method, during: str, needs_idle_rows: bool = False):
     return guarded
 
 
-class _RowSteppingMixin:
-    """What vla_gym's CPU vector envs share: per-sub-env reset options and stepping a subset of the sub-envs."""
-
-    #: (class attribute) reset(options={"per_env": [...]}) gives each sub-env its own options
-    accepts_per_env_options = True
-    #: whether step_rows_async returns while the sub-envs step (worker processes) or they step in step_rows_wait
-    steps_rows_in_background = False
+class _RowStepping:
+    """Stepping a subset of the sub-envs (bookkeeping of :class:`VLAAsyncVectorEnv`'s ``step_rows_*``)."""
 
     def _check_rows(self, rows: Iterable[int]) -> list[int]:
         rows = [int(row) for row in rows]
@@ -193,7 +188,7 @@ class _RowSteppingMixin:
                 np.array([result[3] for result in results], dtype=np.bool_), _info_rows(infos, rows))
 
 
-class VLAAsyncVectorEnv(_RowSteppingMixin, AsyncVectorEnv):
+class VLAAsyncVectorEnv(_RowStepping, AsyncVectorEnv):
     """gymnasium's AsyncVectorEnv that reports a dead worker by sub-env index and task (module docstring), takes
     per-sub-env reset options and steps any subset of its sub-envs while the others step.
 
@@ -214,6 +209,9 @@ class VLAAsyncVectorEnv(_RowSteppingMixin, AsyncVectorEnv):
     resets with the other keys of ``options`` updated by its own dict (module docstring).
     """
 
+    #: reset(options={"per_env": [...]}) gives each sub-env its own options
+    accepts_per_env_options = True
+    #: step_rows_async returns while the sub-envs step in their worker processes (pipelined rollouts)
     steps_rows_in_background = True
 
     def __init__(self, env_fns, env_id: str = "", **kwargs):
@@ -316,61 +314,15 @@ class VLAAsyncVectorEnv(_RowSteppingMixin, AsyncVectorEnv):
     set_attr = _guard_worker_crash(AsyncVectorEnv.set_attr, "set_attr()", needs_idle_rows=True)
 
 
-class VLASyncVectorEnv(_RowSteppingMixin, SyncVectorEnv):
-    """gymnasium's SyncVectorEnv (sub-envs in this process) with the methods of :class:`VLAAsyncVectorEnv`:
-    per-sub-env reset options (``reset(options={"per_env": [...]})``) and ``step_rows_async(rows, actions)`` /
-    ``step_rows_wait(rows) -> (obs, rewards, terminated, truncated, infos)`` for a subset of the sub-envs, with the
-    same contract. Nothing runs in the background here: ``step_rows_async`` keeps the actions and
-    ``step_rows_wait`` steps the rows one after another (``steps_rows_in_background`` is False).
+class VLASyncVectorEnv(SyncVectorEnv):
+    """gymnasium's SyncVectorEnv (sub-envs in this process) with per-sub-env reset options, as
+    :class:`VLAAsyncVectorEnv`: ``reset(options={"per_env": [dict or None per sub-env], "reset_mask": mask})``.
+    Its sub-envs step in this process, so it does not step subsets of them (pipelined rollouts need workers).
     """
 
-    def __init__(self, env_fns, **kwargs):
-        self._rows_stepping: set[int] = set()
-        self._pending_actions: dict[int, Any] = {}
-        super().__init__(env_fns, **kwargs)
-
-    def step_rows_async(self, rows: Sequence[int], actions: Any) -> None:
-        """Keep ``actions`` (one per row) for sub-envs ``rows``; :meth:`step_rows_wait` steps them."""
-        rows = self._start_rows(rows)
-        self._pending_actions.update(zip(rows, self._row_actions(rows, actions)))
-        self._rows_stepping.update(rows)
-
-    def step_rows_wait(self, rows: Sequence[int]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
-        """Step sub-envs ``rows`` on their actions from :meth:`step_rows_async`, one after another, with the vector
-        env's autoreset; ``(obs, rewards, terminated, truncated, infos)`` of ``rows`` as in
-        :class:`VLAAsyncVectorEnv`."""
-        rows = self._finish_rows(rows)
-        self._rows_stepping.difference_update(rows)
-        results = []
-        for row in rows:
-            info = self._step_one(row, self._pending_actions.pop(row))
-            results.append((self._env_obs[row], self._rewards[row], self._terminations[row],
-                            self._truncations[row], info))
-        return self._rows_result(rows, results)
-
-    def _step_one(self, i: int, action: Any) -> dict[str, Any]:
-        """SyncVectorEnv.step's work for sub-env ``i`` (its autoreset mode included); returns its info."""
-        env, info = self.envs[i], {}
-        if self.autoreset_mode == AutoresetMode.NEXT_STEP and self._autoreset_envs[i]:
-            self._env_obs[i], env_info = env.reset()
-            self._rewards[i], self._terminations[i], self._truncations[i] = 0.0, False, False
-        else:
-            if self.autoreset_mode == AutoresetMode.DISABLED and self._autoreset_envs[i]:
-                raise RuntimeError(f"sub-env {i} ended its episode: reset it first (autoreset disabled)")
-            (self._env_obs[i], self._rewards[i], self._terminations[i], self._truncations[i],
-             env_info) = env.step(action)
-            if self.autoreset_mode == AutoresetMode.SAME_STEP and (self._terminations[i] or self._truncations[i]):
-                info = {"final_obs": self._env_obs[i], "final_info": env_info}
-                self._env_obs[i], env_info = env.reset()
-        self._autoreset_envs[i] = self._terminations[i] or self._truncations[i]
-        return {**info, **env_info}
-
-    def step(self, actions):
-        self._check_no_rows_stepping("step()")
-        return super().step(actions)
+    accepts_per_env_options = True
 
     def reset(self, *, seed=None, options=None):
-        self._check_no_rows_stepping("reset()")
         per_env = sub_env_options(options, self.num_envs)
         if per_env is None:
             return super().reset(seed=seed, options=options)
