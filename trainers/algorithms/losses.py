@@ -11,25 +11,15 @@ from __future__ import annotations
 
 import torch
 
+from vla_gym.trainers.algorithms.ratio_levels import clipped_token_loss
+
 
 def clipped_policy_loss(
     log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor, clip_range: float,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO's clipped surrogate objective (negated, to minimise)."""
-    log_ratio = log_probs - old_log_probs
-    ratio = log_ratio.exp()
-    clipped = ratio.clamp(1.0 - clip_range, 1.0 + clip_range)
-    loss = -torch.min(advantages * ratio, advantages * clipped).mean()
-    with torch.no_grad():
-        excess = ratio - 1.0
-        approx_kl, clipped_mean = torch.stack([(excess - log_ratio).mean(), clipped.mean()]).tolist()
-        stats = {
-            # Schulman's low-variance estimator of KL(old || new), as SB3 logs it
-            "train/actor/approx_kl": approx_kl,
-            "train/actor/clip_fraction": torch.count_nonzero(excess.abs() > clip_range).item() / max(1, ratio.numel()),
-            "train/actor/clipped_ratio": clipped_mean,
-        }
-    return loss, stats
+    """PPO's clipped surrogate objective (negated, to minimise): one ratio per sample, a symmetric clip
+    (:func:`~vla_gym.trainers.algorithms.ratio_levels.clipped_token_loss` with one token per row)."""
+    return clipped_token_loss(log_probs.unsqueeze(1), old_log_probs.unsqueeze(1), advantages, clip_range, clip_range)
 
 
 def value_loss(
