@@ -34,6 +34,7 @@ from vla_gym.trainers.algorithms.ratio_levels import (
 from vla_gym.trainers.grpo import GRPOSetupError
 from vla_gym.trainers.policies import Policy, make_policy
 from vla_gym.trainers.policies.base import log_prob_options, policy_space_bounds
+from vla_gym.trainers.policies.distributions import GaussianHead
 from vla_gym.trainers.rollout.buffer import RolloutBuffer
 from vla_gym.trainers.rollout.episode_plan import EpisodeSpec
 from vla_gym.trainers.runtime.config import ConfigError, config_from_dict, load_config
@@ -417,6 +418,66 @@ def test_kl_term_follows_the_ratio_level():
     log_ratio = ref - new
     k3 = torch.where(mask, log_ratio.exp() - log_ratio - 1, torch.zeros(()))
     assert stats["train/actor/kl_ref"] == pytest.approx((k3.flatten(1).sum(1) / (K * A)).mean().item(), rel=1e-5)
+    grpo.close()
+
+
+# ----------------------------------------------------------------------------- exploration noise
+@pytest.mark.quick
+def test_chunk_noise_is_one_draw_per_chunk_scored_by_that_draws_density():
+    torch.manual_seed(0)
+    head = GaussianHead(5, (K, A), log_std_init=math.log(0.1), noise="chunk")
+    dist = head(torch.randn(6, 5))
+    noise = dist.sample() - dist.mode()
+    assert torch.allclose(noise, noise[:, :1].expand_as(noise))  # the same draw at every step of a chunk
+    actions = dist.mode() + noise
+    expected = torch.distributions.Normal(0.0, 0.1).log_prob(noise[:, 0]).sum(1)
+    assert torch.allclose(dist.log_prob(actions), expected, atol=1e-5)
+    per_dim = dist.log_prob(actions, per_dim=True)
+    assert per_dim.shape == (6, K, A) and torch.equal(per_dim[:, 1:], torch.zeros(6, K - 1, A))
+    assert torch.allclose(per_dim.sum((1, 2)), expected, atol=1e-5)
+    assert torch.allclose(dist.entropy(), torch.distributions.Normal(0.0, 0.1).entropy() * A * torch.ones(6))
+    step = GaussianHead(5, (K, A), log_std_init=math.log(0.1))(torch.randn(6, 5))
+    step_noise = step.sample() - step.mode()
+    assert not torch.allclose(step_noise, step_noise[:, :1].expand_as(step_noise))  # per-step: K independent draws
+
+
+@pytest.mark.quick
+def test_exploration_is_set_after_loading_and_bad_values_are_named():
+    head = GaussianHead(5, (K, A), log_std_init=-1.0)
+    head.set_exploration(std=0.05, noise="chunk")
+    assert torch.allclose(head.log_std, torch.full((K, A), math.log(0.05))) and head.noise == "chunk"
+    with pytest.raises(ValueError, match="std must be > 0"):
+        head.set_exploration(std=0.0)
+    with pytest.raises(ValueError, match="use one of step, chunk"):
+        head.set_exploration(noise="pink")
+    with pytest.raises(ValueError, match=r"needs an action chunk \[K, A\]"):
+        GaussianHead(5, (A,), noise="chunk")
+    grpo = toy_grpo(exploration_std=0.05)
+    assert torch.allclose(grpo.policy.action_head.log_std, torch.full((K, A), math.log(0.05)))
+    grpo.close()
+    with pytest.raises(ConfigError, match="exploration_std"):
+        config_from_dict({"grpo": {"exploration_std": -1.0}})
+
+
+@pytest.mark.quick
+def test_with_chunk_noise_the_ratio_counts_the_first_step_of_each_chunk_only():
+    policy_kwargs = {"hidden_sizes": [8], "critic": False, "log_std_init": math.log(0.3), "noise": "chunk"}
+    grpo = toy_grpo(ratio_level="dim", mask_unexecuted=True, filter_uniform_groups=False, policy_kwargs=policy_kwargs)
+    grpo.start_rollouts([0])
+    buffer, _, _ = grpo.collect_rollouts()
+    batch = buffer.batch(torch.nonzero(buffer.valid.flatten()).squeeze(-1))
+    mask = grpo._noise_mask(batch["sub_steps"], batch["actions"])
+    assert mask[:, 0].all() and not mask[:, 1:].any()
+    batch["advantages"] = torch.ones_like(batch["advantages"])
+    _, stats = grpo.loss(batch)
+    assert stats["train/actor/approx_kl"] == pytest.approx(0.0, abs=1e-6)  # the rollout's own policy: ratio 1
+    grpo.close()
+    grpo = toy_grpo(ratio_level="dim", mask_unexecuted=True, filter_uniform_groups=True, groups_per_update=4,
+                    policy_kwargs=policy_kwargs)
+    before = {k: v.clone() for k, v in grpo.policy.state_dict().items()}
+    grpo.learn(1)
+    assert grpo.last_metrics["rollout/useful_groups"] > 0
+    assert any(not torch.equal(before[k], v) for k, v in grpo.policy.state_dict().items())
     grpo.close()
 
 

@@ -228,3 +228,14 @@ def test_compare_script_puts_reports_side_by_side_on_common_rows(tmp_path):
 
 if __name__ == "__main__":  # the torchrun worker of test_ranks_resume_the_same_rows_under_torchrun
     resume_worker(pathlib.Path(sys.argv[1]))
+
+
+def test_eval_samples_with_the_noise_and_std_asked_for(tmp_path, capsys):
+    """``--stochastic --noise chunk --std S``: the exploration noise of an RL run, measured without training."""
+    checkpoint = tiny_checkpoint(tmp_path / "ckpt.pt", chunk_size=2)
+    out = tmp_path / "sampled"
+    assert eval_main(["--checkpoint", str(checkpoint), "--episodes-per-task", "1", "--stochastic", "--noise", "chunk",
+                      "--std", "0.05", "--out", str(out), "--device", "cpu"]) == 0
+    assert json.loads((out / "eval.json").read_text())["episodes"]
+    assert eval_main(["--checkpoint", str(checkpoint), "--std", "0.05"]) == 2
+    assert "--std and --noise set how actions are sampled: add --stochastic" in capsys.readouterr().err

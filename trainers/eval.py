@@ -31,6 +31,7 @@ from vla_gym.runtime.cli_args import (
 )
 from vla_gym.trainers.evaluation.ood import libero_pro_rows, observes_images, ood_markdown, parse_rows, run_ood
 from vla_gym.trainers.evaluation.report import markdown_table, write_report
+from vla_gym.trainers.policies.distributions import NOISE_SHAPES
 from vla_gym.trainers.rollout.episode_plan import suite_specs
 from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
 from vla_gym.trainers.runtime.checkpoint import CheckpointError, load_checkpoint, load_policy
@@ -62,6 +63,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--libero-pro", action="store_true",
                         help="with --ood on a LIBERO suite: also a row per LIBERO-PRO suite of it (swap, lan, ...)")
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the mode")
+    parser.add_argument("--std", type=float, default=None,
+                        help="with --stochastic: sample with this std in every action dimension, not the checkpoint's")
+    parser.add_argument("--noise", choices=NOISE_SHAPES, default=None,
+                        help="with --stochastic: draw the noise per step or once per action chunk (default: the "
+                        "checkpoint's policy.kwargs.noise)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="overrides of the checkpoint's config")
@@ -76,6 +82,12 @@ def default_report_dir(checkpoint: pathlib.Path) -> pathlib.Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if (args.std is not None or args.noise is not None) and not args.stochastic:
+        print("trainers/eval.py: --std and --noise set how actions are sampled: add --stochastic", file=sys.stderr)
+        return 2
+    if args.std is not None and not args.std > 0:
+        print(f"trainers/eval.py: --std must be > 0, got {args.std}", file=sys.stderr)
+        return 2
     try:
         args.episodes_per_task, args.first_init_state = init_state_range(
             args.init_states, args.first_init_state, args.episodes_per_task)
@@ -112,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     out = pathlib.Path(args.out) if args.out else default_report_dir(pathlib.Path(args.checkpoint))
     try:
         policy = load_policy(state, dist.device)
+        if args.std is not None or args.noise is not None:
+            policy.set_exploration(args.std, args.noise)
 
         def evaluate(env_cfg, directory: pathlib.Path, header: str):
             return evaluate_episodes(env_cfg, kwargs, policy, args, video_episodes, dist, directory, header)
@@ -138,7 +152,7 @@ def report_settings(args: argparse.Namespace, world_size: int) -> dict:
     return {"checkpoint": str(checkpoint), "checkpoint_size": stat.st_size, "checkpoint_mtime_ns": stat.st_mtime_ns,
             "episodes_per_task": args.episodes_per_task, "tasks": args.tasks,
             "first_init_state": args.first_init_state, "seed": args.seed, "stochastic": args.stochastic,
-            "processes": world_size}
+            "std": args.std, "noise": args.noise, "processes": world_size}
 
 
 def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, video_episodes: int,

@@ -37,6 +37,10 @@ behaviour, ``examples/configs/libero_object_miniature_grpo_v2.yaml`` the recomme
 - ``skip_solved_after`` (0: off): a (task, init state) pair whose last K groups all succeeded is skipped when
   groups are drawn (:mod:`vla_gym.trainers.algorithms.group_sampling`; the history is the same on every rank and
   saved in checkpoints).
+- ``exploration_std`` (null: the policy's): the std the rollouts sample with, set after ``init_checkpoint``
+  (an SFT by MSE never trains it). Its shape over a chunk is the policy's ``noise`` (``policy.kwargs.noise``:
+  ``step``, an independent draw per step and dimension; ``chunk``, one draw per chunk shared by its steps, whose
+  log-prob is kept at the chunk's first step, so the ratio and its clip count that step's A tokens only).
 - ``signal_metrics`` (true): the learning-signal metrics below marked (S).
 
 Metrics each update adds to PPO's (``train/actor/approx_kl``, ``clip_fraction`` and ``clipped_ratio`` are at the
@@ -151,6 +155,8 @@ class GRPO(OnPolicyAlgorithm):
             dropped = load_actor_weights(self.policy, hp.init_checkpoint, "grpo.init_checkpoint", self.device)
             if dropped and self.dist.is_main:
                 print(f"grpo.init_checkpoint: loaded actor weights, dropped {len(dropped)} critic tensors", flush=True)
+        if hp.exploration_std is not None:
+            self.policy.set_exploration(std=hp.exploration_std)
         if self.policy.has_critic and self.dist.is_main:
             warnings.warn("GRPO ignores the policy's critic; pass policy.kwargs.critic=false to drop it", stacklevel=2)
         self._check_policy_options()
@@ -167,6 +173,7 @@ class GRPO(OnPolicyAlgorithm):
         options = log_prob_options(self.policy)
         name = type(self.policy).__name__
         self._per_dim = "per_dim" in options
+        self._chunk_noise = getattr(getattr(self.policy, "action_head", None), "noise", "step") == "chunk"
         needs = [key for key, on in (("grpo.ratio_level=" + hp.ratio_level, hp.ratio_level != "chunk"),
                                      ("grpo.mask_unexecuted=true", hp.mask_unexecuted)) if on]
         if needs and not self._per_dim:
@@ -380,7 +387,7 @@ class GRPO(OnPolicyAlgorithm):
             new_dims, entropy, _ = model(obs, actions, per_dim=True)
             new_dims = chunk_view(new_dims, self._steps)
             old_dims = chunk_view(batch["log_probs"], self._steps)
-            mask = executed_mask(batch.get("sub_steps"), self._steps)
+            mask = self._noise_mask(batch.get("sub_steps"), new_dims)
             new, token_mask = level_log_probs(new_dims, hp.ratio_level, mask)
             old, _ = level_log_probs(old_dims, hp.ratio_level, mask)
             terms = _Terms(new, token_mask, entropy, new_dims, old_dims, mask)
@@ -391,6 +398,15 @@ class GRPO(OnPolicyAlgorithm):
         policy_loss, stats = clipped_token_loss(new, old, batch["advantages"], low, high, terms.token_mask,
                                                 batch.get("row_weights"))
         return policy_loss, stats, terms
+
+    def _noise_mask(self, sub_steps: torch.Tensor | None, per_dim: torch.Tensor) -> torch.Tensor | None:
+        """``[B, K]`` steps of each chunk whose log-probs count: those the env ran (``mask_unexecuted``), and with
+        chunk noise (``policy.kwargs.noise=chunk``) only the first, which holds the chunk's draw (None: all)."""
+        mask = executed_mask(sub_steps, self._steps)
+        if not self._chunk_noise:
+            return mask
+        first = torch.arange(self._steps, device=per_dim.device).expand(per_dim.shape[0], -1) == 0
+        return first if mask is None else first & mask.to(first.device)
 
     def _level_tokens(self, policy, obs, actions, mask: torch.Tensor | None):
         """``policy``'s log-probs of the stored actions at the ratio level: (``[B, T]``, token mask or None)."""
@@ -497,8 +513,9 @@ class GRPO(OnPolicyAlgorithm):
                     counts["train/actor/std_mean"] = 1.0
                 if self.reference is not None and self.hp.kl_coef == 0:
                     obs, actions = probe["obs"], probe["actions"]
-                    new, token_mask = self._level_tokens(self.policy, obs, actions, mask)
-                    ref, _ = self._level_tokens(self.reference, obs, actions, mask)
+                    noise_mask = self._noise_mask(probe.get("sub_steps"), chunk_view(actions, self._steps))
+                    new, token_mask = self._level_tokens(self.policy, obs, actions, noise_mask)
+                    ref, _ = self._level_tokens(self.reference, obs, actions, noise_mask)
                     kl = masked_row_mean(kl_to_reference(new, ref), token_mask)
                     sums["train/actor/kl_ref"] = kl.sum().item()
                     counts["train/actor/kl_ref"] = float(kl.numel())

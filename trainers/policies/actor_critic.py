@@ -33,12 +33,13 @@ class ActorCriticPolicy(DistributionPolicy):
         critic: bool = True,
         log_std_init: float = 0.0,
         ortho_init: bool = True,
+        noise: str = "step",
     ):
         super().__init__(observation_space, action_space)
         self.has_critic = bool(critic)
         self.encoder = encoder
         self.pi_net, pi_dim = mlp(encoder.out_dim, pi_sizes, activation)
-        self.action_head = make_action_head(action_space, pi_dim, log_std_init)
+        self.action_head = make_action_head(action_space, pi_dim, log_std_init, noise)
         if self.has_critic:
             self.vf_net, vf_dim = mlp(encoder.out_dim, vf_sizes, activation)
             self.value_head = nn.Linear(vf_dim, 1)

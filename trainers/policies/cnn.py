@@ -67,9 +67,10 @@ class CNNPolicy(ActorCriticPolicy):
         critic: bool = True,
         log_std_init: float = 0.0,
         ortho_init: bool = True,
+        noise: str = "step",
     ):
         encoder = MultiModalEncoder(observation_space, image_features, use_state, use_instruction, text_dim)
         super().__init__(
             observation_space, action_space, encoder, pi_sizes=hidden_sizes, vf_sizes=hidden_sizes,
-            activation=activation, critic=critic, log_std_init=log_std_init, ortho_init=ortho_init,
+            activation=activation, critic=critic, log_std_init=log_std_init, ortho_init=ortho_init, noise=noise,
         )

@@ -11,6 +11,16 @@ per_dim=True)`` keeps them: ``[B, *shape]``, what GRPO's per-dimension and per-s
 spaces get a Categorical (``per_dim=True``: ``[B, 1]``). Both ignore Box bounds: the policy clips before the
 env (as SB3 does).
 
+The noise of an action chunk ``[K, A]`` is drawn per step (``noise="step"``: K x A independent draws, the default)
+or once per chunk (``noise="chunk"``, :class:`ChunkGaussian`: A draws shared by the chunk's K steps, so the arm
+drifts one way for the whole chunk instead of jittering, and an episode carries K times fewer noise dimensions for
+the policy gradient to credit):
+
+    >>> chunked = GaussianHead(64, (4, 7), log_std_init=-2.3, noise="chunk")(torch.zeros(2, 64))
+    >>> noise = chunked.sample() - chunked.mode()
+    >>> bool(torch.allclose(noise[:, 0], noise[:, 3]))
+    True
+
 Sampling noise comes from torch's global generator, or, inside ``with row_generators(gens):``, row ``i`` of a batch
 from ``gens[i]`` (one ``torch.Generator`` per row): then a row's sample does not depend on which other rows share
 its batch, which is what lets pipelined rollouts (``trainers/rollout/pipeline.py``) split the envs into stages and still
@@ -90,6 +100,39 @@ class DiagGaussian:
         return (self.log_std + 0.5 + _LOG_SQRT_2PI).flatten(1).sum(1)
 
 
+class ChunkGaussian(DiagGaussian):
+    """Gaussian over action chunks ``[B, K, A]`` whose noise is drawn once per chunk and shared by its K steps.
+
+    ``log_std`` ``[K, A]`` (or ``[A]``) gives one std per action dimension (the mean over the K rows). A chunk's
+    density is that of its noise, read as the mean over the chunk of ``actions - mean`` (exactly the drawn noise
+    before any clipping): ``log_prob`` sums A terms; ``per_dim=True`` gives ``[B, K, A]`` with those A terms at
+    step 0 and zeros at the other steps, which carry no noise of their own (GRPO's ratio then counts
+    only step 0's tokens).
+    """
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
+        chunk_log_std = log_std if log_std.dim() == 1 else log_std.mean(-2)
+        super().__init__(mean, chunk_log_std.unsqueeze(-2))
+        self.chunk_log_std = chunk_log_std.expand(mean.shape[0], mean.shape[-1])
+
+    def sample(self) -> torch.Tensor:
+        return self.mean + standard_normal(self.mean[:, :1]) * self.log_std.exp()
+
+    def log_prob(self, actions: torch.Tensor, per_dim: bool = False) -> torch.Tensor:
+        z = (actions - self.mean).mean(-2) * torch.exp(-self.chunk_log_std)
+        log_probs = -0.5 * z.square() - self.chunk_log_std - _LOG_SQRT_2PI  # [B, A]
+        if not per_dim:
+            return log_probs.sum(1)
+        rest = log_probs.new_zeros(log_probs.shape[0], self.mean.shape[1] - 1, log_probs.shape[1])
+        return torch.cat([log_probs.unsqueeze(1), rest], dim=1)
+
+    def entropy(self) -> torch.Tensor:
+        return (self.chunk_log_std + 0.5 + _LOG_SQRT_2PI).sum(1)
+
+
+NOISE_SHAPES = ("step", "chunk")
+
+
 class Categorical:
     """Categorical over ``n`` actions from logits ``[B, n]``; actions are int64 ``[B]``."""
 
@@ -113,15 +156,38 @@ class Categorical:
 
 
 class GaussianHead(nn.Module):
-    def __init__(self, in_dim: int, shape: tuple[int, ...], log_std_init: float = 0.0):
+    """Features -> a diagonal Gaussian with a learned, state-independent ``log_std`` of the action's shape;
+    ``noise="chunk"`` (chunks ``[K, A]`` only) shares each draw over the chunk's steps (:class:`ChunkGaussian`)."""
+
+    def __init__(self, in_dim: int, shape: tuple[int, ...], log_std_init: float = 0.0, noise: str = "step"):
         super().__init__()
         self.shape = tuple(shape)
+        self.noise = check_noise(noise, self.shape)
         self.mean = nn.Linear(in_dim, math.prod(self.shape))
         self.log_std = nn.Parameter(torch.full(self.shape, float(log_std_init)))
 
     def forward(self, features: torch.Tensor) -> DiagGaussian:
         mean = self.mean(features).view(-1, *self.shape)
-        return DiagGaussian(mean, self.log_std)
+        return ChunkGaussian(mean, self.log_std) if self.noise == "chunk" else DiagGaussian(mean, self.log_std)
+
+    def set_exploration(self, std: float | None = None, noise: str | None = None) -> None:
+        """Sample with standard deviation ``std`` in every dimension and/or with noise shape ``noise`` from now on
+        (e.g. RL exploration after an SFT whose MSE never trained ``log_std``)."""
+        if std is not None:
+            if not std > 0:
+                raise ValueError(f"exploration std must be > 0, got {std}")
+            with torch.no_grad():
+                self.log_std.fill_(math.log(std))
+        if noise is not None:
+            self.noise = check_noise(noise, self.shape)
+
+
+def check_noise(noise: str, shape: tuple[int, ...]) -> str:
+    if noise not in NOISE_SHAPES:
+        raise ValueError(f"noise {noise!r}: use one of {', '.join(NOISE_SHAPES)}")
+    if noise == "chunk" and len(shape) != 2:
+        raise ValueError(f"noise 'chunk' needs an action chunk [K, A] (ActionChunk wrapper), got action shape {shape}")
+    return noise
 
 
 class CategoricalHead(nn.Module):
@@ -133,10 +199,12 @@ class CategoricalHead(nn.Module):
         return Categorical(self.mean(features))
 
 
-def make_action_head(action_space: spaces.Space, in_dim: int, log_std_init: float = 0.0) -> nn.Module:
-    """Gaussian head for Box spaces (any shape), Categorical for Discrete."""
+def make_action_head(action_space: spaces.Space, in_dim: int, log_std_init: float = 0.0,
+                     noise: str = "step") -> nn.Module:
+    """Gaussian head for Box spaces (any shape; ``noise``: its shape over an action chunk), Categorical for
+    Discrete."""
     if isinstance(action_space, spaces.Box):
-        return GaussianHead(in_dim, action_space.shape, log_std_init)
+        return GaussianHead(in_dim, action_space.shape, log_std_init, noise)
     if isinstance(action_space, spaces.Discrete):
         return CategoricalHead(in_dim, int(action_space.n))
     raise TypeError(

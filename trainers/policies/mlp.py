@@ -28,9 +28,10 @@ class MLPPolicy(ActorCriticPolicy):
         log_std_init: float = 0.0,
         ortho_init: bool = True,
         normalize_obs: bool = False,
+        noise: str = "step",
     ):
         super().__init__(
             observation_space, action_space, StateEncoder(observation_space, normalize=normalize_obs),
             pi_sizes=hidden_sizes, vf_sizes=hidden_sizes, activation=activation, critic=critic,
-            log_std_init=log_std_init, ortho_init=ortho_init,
+            log_std_init=log_std_init, ortho_init=ortho_init, noise=noise,
         )

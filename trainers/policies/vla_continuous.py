@@ -51,6 +51,7 @@ class ContinuousVLAPolicy(TrainableStateMixin, DistributionPolicy):
         action_stats: dict | None = None,
         head_hidden: int = 512,
         log_std_init: float = -1.0,
+        noise: str = "step",
         value_hidden: int = 256,
         gradient_checkpointing: bool = False,
     ):
@@ -61,7 +62,7 @@ class ContinuousVLAPolicy(TrainableStateMixin, DistributionPolicy):
         self.vlm = VLMBackbone(model, cameras, dtype, lora, freeze_vision, gradient_checkpointing)
         width = self.vlm.hidden_size
         self.trunk = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, head_hidden), nn.GELU())
-        self.action_head = GaussianHead(head_hidden, action_space.shape, log_std_init)
+        self.action_head = GaussianHead(head_hidden, action_space.shape, log_std_init, noise)
         if self.has_critic:
             self.value_head = ValueHead(width, value_hidden)
 

