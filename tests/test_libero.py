@@ -87,6 +87,17 @@ def test_seed_picks_the_initial_state_and_options_pin_it(env):
     assert unseeded_after(0) == unseeded_after(0)
 
 
+def test_an_init_state_pool_keeps_the_held_out_states_out():
+    """init_states="40-42": seeded resets take the (s % 3)-th, unseeded ones draw from the pool, options still pin."""
+    env = gym.make("VLA/Libero10-v0", task_id=0, image_size=SIZE, cameras=("main",), init_states="40-42")
+    try:
+        assert [env.reset(seed=s)[1]["init_state_id"] for s in (0, 4, 8)] == [40, 41, 42]
+        assert {env.reset()[1]["init_state_id"] for _ in range(6)} <= {40, 41, 42}
+        assert env.reset(options={"init_state_id": 7})[1]["init_state_id"] == 7
+    finally:
+        env.close()
+
+
 def test_step_reward_termination_and_truncation():
     env = gym.make("VLA/Libero10-v0", task_id=0, init_state_id=0, image_size=SIZE, max_episode_steps=3)
     env.reset(seed=0)
@@ -142,6 +153,7 @@ def test_check_env_passes(env):
     ({"task_id": 10}, r"task_id=10 is out of range: valid values are 0\.\.9"),
     ({"task_id": 0, "init_state_id": 50}, r"init_state_id .* out of range: valid values are 0\.\.49"),
     ({"cameras": ("front",)}, r"unknown LIBERO camera roles \['front'\]"),
+    ({"init_states": "30-50"}, r"init_states='30-50': task .* has 50 initial states \(ids 0-49\)"),
 ])
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -190,6 +190,22 @@ def test_ppo_from_a_checkpoint_without_critic_keeps_a_fresh_critic(tmp_path):
         model.close()
 
 
+def test_critic_warmup_moves_only_the_critic_for_its_updates():
+    """ppo.critic_warmup_updates=2: two updates fit the value head while the actor (and its log std) stays put."""
+    ppo = PPO("mlp", "CartPole-v1", num_envs=2, n_steps=16, batch_size=16, n_epochs=2, critic_warmup_updates=2)
+    start = {k: v.clone() for k, v in ppo.policy.state_dict().items()}
+
+    def moved(prefix: str) -> bool:
+        return any(not torch.equal(start[k], v) for k, v in ppo.policy.state_dict().items() if k.startswith(prefix))
+
+    ppo.learn(64)
+    assert ppo.num_updates == 2 and moved("vf_net.") and moved("value_head.")
+    assert not moved("pi_net.") and not moved("action_head.")
+    ppo.learn(96)
+    assert moved("pi_net.") and moved("action_head.")
+    ppo.close()
+
+
 @pytest.mark.slow
 def test_cartpole_benchmark_short_form(tmp_path):
     result = run_script("benchmarks/bench_ppo_cartpole.py", "--seeds", "1", "--steps", "40000",

@@ -10,7 +10,9 @@
 Hyperparameters are the fields of :class:`~vla_gym.trainers.runtime.config.PPOConfig` (Stable-Baselines3's names).
 Per update: one rollout of ``n_steps`` vector steps (``env.num_envs`` envs over all ranks), GAE, then
 ``n_epochs`` passes over ``n_steps * num_envs / batch_size`` shuffled minibatches with advantage
-normalisation per minibatch, gradient clipping and an optional target-KL stop.
+normalisation per minibatch, gradient clipping and an optional target-KL stop. ``critic_warmup_updates``: the first
+N updates fit only the critic (the actor takes no step), so that a fresh value head on an SFT actor
+(``init_checkpoint``) gives sensible advantages before the actor moves (RL4VLA's PPO for VLAs).
 """
 from __future__ import annotations
 
@@ -63,9 +65,14 @@ class PPO(OnPolicyAlgorithm):
         policy_loss, stats = clipped_policy_loss(log_probs, batch["log_probs"], advantages, clip_range)
         critic_loss, critic_stats = value_loss(values, batch["values"], batch["returns"], hp.clip_range_vf)
         entropy_mean = entropy.mean()
-        loss = policy_loss + hp.vf_coef * critic_loss
-        if hp.ent_coef:  # left out of the graph otherwise: no backward pass through the entropy
-            loss = loss - hp.ent_coef * entropy_mean
+        if self.num_updates < hp.critic_warmup_updates:
+            # the actor stays in the graph with zero weight (DDP reduces every parameter's gradient) and, with
+            # Adam's moments still zero, takes no step
+            loss = 0.0 * policy_loss + hp.vf_coef * critic_loss
+        else:
+            loss = policy_loss + hp.vf_coef * critic_loss
+            if hp.ent_coef:  # left out of the graph otherwise: no backward pass through the entropy
+                loss = loss - hp.ent_coef * entropy_mean
         stats.update(critic_stats)
         stats.update({
             "train/actor/policy_loss": policy_loss.item(), "train/critic/value_loss": critic_loss.item(),

@@ -76,6 +76,8 @@ class PPOConfig:
     adam_eps: float = 1e-5
     #: checkpoint (SFT, PPO or GRPO) whose actor to start from; a critic it lacks starts fresh
     init_checkpoint: str | None = None
+    #: the first N updates train the critic only (the actor takes no step): a fresh value head on an SFT actor
+    critic_warmup_updates: int = 0
 
 
 @dataclass

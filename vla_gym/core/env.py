@@ -34,6 +34,7 @@ sub-step of a chunk that way.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ import numpy as np
 
 from vla_gym.backends.base import Backend, TaskSpec
 from vla_gym.core import schema
+from vla_gym.runtime.cli_args import parse_ids
 
 #: simulator seeds drawn for unseeded resets lie in [0, SEED_BOUND): valid for every simulator
 SEED_BOUND = 2**31 - 1
@@ -94,14 +96,15 @@ class EpisodeStart:
 def draw_episode(
     rng: np.random.Generator, tasks: Sequence[TaskSpec], seed: int | None, options: Mapping[str, Any] | None = None,
     task_id: int | None = None, init_state_id: int | None = None, paraphrase: bool = False,
-    max_episode_steps: int | None = None,
+    max_episode_steps: int | None = None, init_states: Sequence[int] | None = None,
 ) -> EpisodeStart:
     """The episode a reset starts, shared by :class:`VLAEnv` and the GPU-batched ManiSkill env.
 
     ``rng`` is the env's generator, already reseeded with ``seed`` when one is given. In this order:
     the task (``options["task_id"]``, else the env's fixed ``task_id``, else drawn from ``rng``); the
     initial state of a task that has fixed ones (``options["init_state_id"]``, else the env's fixed one,
-    else ``seed % num_init_states``, else drawn from ``rng``); the instruction (drawn from ``rng`` among the
+    else ``seed % num_init_states``, else drawn from ``rng``; ``init_states`` narrows the last two to a pool:
+    ``init_states[seed % len(init_states)]`` or a draw from it); the instruction (drawn from ``rng`` among the
     paraphrases with ``paraphrase=True``); the simulator's seed (``seed`` itself, else drawn from ``rng``);
     the step limit (``max_episode_steps`` or the task's own).
 
@@ -119,7 +122,8 @@ def draw_episode(
     if init is not None:
         check_init_state(task, init)
     elif task.num_init_states:
-        init = seed % task.num_init_states if seed is not None else int(rng.integers(task.num_init_states))
+        pool = init_states if init_states is not None else range(task.num_init_states)
+        init = int(pool[seed % len(pool) if seed is not None else int(rng.integers(len(pool)))])
     instruction = task.instruction
     if paraphrase and task.paraphrases:
         choices = (task.instruction, *task.paraphrases)
@@ -136,6 +140,27 @@ def check_init_state(task: TaskSpec, init_state_id: int) -> None:
             "drop init_state_id and pass reset(seed=...) instead"
         )
     schema.check_index(f"init_state_id for task {task.name!r}", init_state_id, task.num_init_states)
+
+
+def check_init_states(tasks: Sequence[TaskSpec], init_states: str | Sequence[int] | None) -> list[int] | None:
+    """The pool of initial states that unpinned resets draw from (``"0-39"`` or a list), checked against every
+    task's fixed initial states; None: all of them."""
+    if init_states is None:
+        return None
+    try:
+        pool = parse_ids(init_states if isinstance(init_states, str) else [str(i) for i in init_states])
+    except argparse.ArgumentTypeError as error:
+        raise ValueError(f"init_states: {error}") from None
+    if not pool:
+        raise ValueError("init_states is empty: give ids such as 0-39, or None for all initial states")
+    for task in tasks:
+        if task.num_init_states is None:
+            raise ValueError(f"init_states={init_states!r}: task {task.name!r} has no fixed initial states (its "
+                             "initial state comes from the seed); drop init_states")
+        if pool[-1] >= task.num_init_states:
+            raise ValueError(f"init_states={init_states!r}: task {task.name!r} has {task.num_init_states} initial "
+                             f"states (ids 0-{task.num_init_states - 1})")
+    return pool
 
 
 def episode_info(task: TaskSpec, init_state_id: int | None, elapsed: int, success: bool, observed: bool) -> dict:
@@ -165,6 +190,7 @@ class VLAEnv(gym.Env):
         max_episode_steps: int | None = None,
         render_mode: str | None = None,
         paraphrase_instructions: bool = False,
+        init_states: str | Sequence[int] | None = None,
     ):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
@@ -176,6 +202,7 @@ class VLAEnv(gym.Env):
         self.fixed_init_state_id = init_state_id
         if task_id is not None and init_state_id is not None:
             check_init_state(self.tasks[self.task_id], init_state_id)
+        self.init_states = check_init_states(self.tasks, init_states)
         self.max_episode_steps_override = max_episode_steps
         self.render_mode = render_mode
         self.paraphrase_instructions = paraphrase_instructions
@@ -205,7 +232,7 @@ class VLAEnv(gym.Env):
         told = seed is not None or options is not None  # else an autoreset: it keeps a kept task
         task_id = self.task_id if told or self._kept_task is None else self._kept_task
         episode = draw_episode(self.np_random, self.tasks, seed, options, task_id, self.fixed_init_state_id,
-                               self.paraphrase_instructions, self.max_episode_steps_override)
+                               self.paraphrase_instructions, self.max_episode_steps_override, self.init_states)
         if told:
             self._kept_task = episode.task.index if (options or {}).get(KEEP_TASK) else None
         if episode.task is not self.task:

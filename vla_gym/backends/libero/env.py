@@ -256,12 +256,15 @@ class LiberoEnv(VLAEnv):
         perturbation: a LIBERO-PRO perturbation of ``suite`` (``swap``, ``lan``, ``object``, ``task``,
             ``with_mug``, ...): the perturbed suite with its own tasks, instructions and initial states, as its
             own id (``VLA/LiberoObject-Swap-v0``) gives; see docs/libero_pro.md.
+        init_states: the initial states that resets not pinned by ``init_state_id`` take (``"0-39"`` or a list;
+            ``reset(seed=s)`` takes the ``s % len``-th of them): train on 0-39, keep 40-49 held out.
     """
 
     def __init__(self, suite: str, task_id: int | None = None, init_state_id: int | None = None,
                  cameras: Sequence[str] = ("main", "wrist"), image_size: int | tuple[int, int] = 224,
                  max_episode_steps: int | None = None, render_mode: str | None = None,
-                 settle_steps: int = 10, flip: str = "vertical", perturbation: str | None = None):
+                 settle_steps: int = 10, flip: str = "vertical", perturbation: str | None = None,
+                 init_states: str | Sequence[int] | None = None):
         if isinstance(image_size, int):
             image_size = (image_size, image_size)
         if perturbation is not None:
@@ -271,4 +274,4 @@ class LiberoEnv(VLAEnv):
         if libero_pro.is_perturbed(suite):
             libero_pro.check_installed(tasks)  # the installed LIBERO has this LIBERO-PRO suite and its files
         super().__init__(backend, tasks, task_id=task_id, init_state_id=init_state_id,
-                         max_episode_steps=max_episode_steps, render_mode=render_mode)
+                         max_episode_steps=max_episode_steps, render_mode=render_mode, init_states=init_states)
