@@ -18,7 +18,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from vla_gym.trainers import GRPO
 from vla_gym.trainers.algorithms.group_sampling import (
-    SolvedTracker,
+    StartTracker,
     draw_unsolved,
     group_outcomes,
     sampling_done,
@@ -495,7 +495,7 @@ def test_group_outcomes_and_the_stop_rule():
 
 @pytest.mark.quick
 def test_solved_tracker_skips_pairs_after_k_all_success_groups_and_round_trips():
-    solved = SolvedTracker(after=2)
+    solved = StartTracker(after=2)
     solved.record((0, 1), True)
     assert not solved.solved((0, 1))
     solved.record((0, 1), True)
@@ -506,12 +506,37 @@ def test_solved_tracker_skips_pairs_after_k_all_success_groups_and_round_trips()
     assert not solved.solved((0, 1))
     solved.record((0, 1), True)
     solved.record((0, 1), True)
-    copy = SolvedTracker(after=2)
+    copy = StartTracker(after=2)
     copy.load_state_dict(solved.state_dict())
     assert copy.history == solved.history and copy.num_solved() == 1
+    old_format = StartTracker(after=2)  # a checkpoint from before skip_failed_after: one bool per group
+    old_format.load_state_dict({"after": 2, "history": [[[0, 1], [True, True]], [[0, 2], [True, False]]]})
+    assert old_format.solved((0, 1)) and not old_format.skip((0, 2))
     draws = iter([((0, 1), "solved"), ((0, 2), "fresh")])
     assert draw_unsolved(lambda attempt: next(draws), solved) == ("fresh", 1)
     assert draw_unsolved(lambda attempt: ((0, 1), attempt), solved, max_attempts=3) == (2, 3)  # all solved: the last
+
+
+@pytest.mark.quick
+def test_hopeless_starts_are_skipped_after_k_all_fail_groups():
+    starts = StartTracker(failed_after=2)
+    starts.record((0, 1), all_success=False, all_fail=True)
+    assert not starts.skip((0, 1))
+    starts.record((0, 1), all_success=False, all_fail=True)
+    assert starts.hopeless((0, 1)) and starts.skip((0, 1)) and not starts.solved((0, 1))
+    starts.record((0, 2), all_success=False, all_fail=True)
+    starts.record((0, 2), all_success=False)  # a mixed group: still learnable
+    starts.record((0, 3), all_success=True)
+    starts.record((0, 3), all_success=True)  # all-success is not skipped without skip_solved_after
+    assert not starts.skip((0, 2)) and not starts.skip((0, 3)) and starts.num_hopeless() == 1
+    draws = iter([((0, 1), "hopeless"), ((0, 2), "fresh")])
+    assert draw_unsolved(lambda attempt: next(draws), starts) == ("fresh", 1)
+    grpo = toy_grpo(skip_failed_after=1, groups_per_update=4)
+    grpo.learn(1)
+    assert "rollout/hopeless_pairs" in grpo.last_metrics and "rollout/skipped_starts" in grpo.last_metrics
+    grpo.close()
+    with pytest.raises(ConfigError, match="skip_failed_after counts"):
+        config_from_dict({"grpo": {"skip_failed_after": 2, "score": "return"}})
 
 
 class _Task:
@@ -525,10 +550,10 @@ def test_group_specs_skip_solved_pairs_and_keep_the_old_draws_when_off():
     grpo.start_rollouts([0])
     grpo.tasks, grpo.fixed_task = [_Task(0), _Task(1)], None
     plain = grpo.group_specs()[::4]
-    grpo.solved.record((plain[0].task_id, plain[0].init_state_id), True)
+    grpo.starts.record((plain[0].task_id, plain[0].init_state_id), True)
     skipping = grpo.group_specs()[::4]
     assert grpo.last_skipped >= 1
-    assert all(not grpo.solved.solved((s.task_id, s.init_state_id)) for s in skipping)
+    assert all(not grpo.starts.solved((s.task_id, s.init_state_id)) for s in skipping)
     assert [s for s in skipping if (s.task_id, s.init_state_id) != (plain[0].task_id, plain[0].init_state_id)]
     # groups of pairs not solved are drawn as before
     for old, new in zip(plain, skipping):

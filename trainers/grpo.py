@@ -37,6 +37,8 @@ behaviour, ``examples/configs/libero_object_miniature_grpo_v2.yaml`` the recomme
 - ``skip_solved_after`` (0: off): a (task, init state) pair whose last K groups all succeeded is skipped when
   groups are drawn (:mod:`vla_gym.trainers.algorithms.group_sampling`; the history is the same on every rank and
   saved in checkpoints).
+- ``skip_failed_after`` (0: off): likewise a pair whose last K groups all failed (hopeless for now: its episodes
+  would give no signal); it stays skipped for the rest of the run.
 - ``exploration_std`` (null: the policy's): the std the rollouts sample with, set after ``init_checkpoint``
   (an SFT by MSE never trains it). Its shape over a chunk is the policy's ``noise`` (``policy.kwargs.noise``:
   ``step``, an independent draw per step and dimension; ``chunk``, one draw per chunk shared by its steps, whose
@@ -51,8 +53,9 @@ configured ratio level):
   (score=success): the uniform ones split; ``rollout/groups``: groups played (all ranks); ``rollout/useful_groups``,
   ``rollout/useful_episodes``: mixed groups and their episodes (the ones with nonzero advantages);
   ``rollout/sampling_rounds``: rounds played; ``rollout/episodes_per_useful_group``: episodes played per mixed
-  group (absent when there was none); ``rollout/skipped_solved``, ``rollout/solved_pairs`` (skip_solved_after):
-  draws skipped as solved this update, pairs solved now.
+  group (absent when there was none); ``rollout/skipped_starts``, ``rollout/solved_pairs``,
+  ``rollout/hopeless_pairs`` (skip_solved_after, skip_failed_after): draws skipped this update, pairs solved and
+  hopeless now.
 - ``train/actor/kl_ref``: k3 KL(policy || initial policy) per token of the ratio level; with ``kl_coef > 0`` the
   minibatch mean of the loss's term, with ``kl_coef = 0`` (S) measured after the update on a probe batch when the
   policy is small enough to keep a frozen copy (``diagnostic_reference_max_params``), else absent.
@@ -84,7 +87,7 @@ from vla_gym.core.episodes import episode_sums
 from vla_gym.trainers.algorithms.advantages import group_advantages
 from vla_gym.trainers.algorithms.group_sampling import (
     GroupOutcomes,
-    SolvedTracker,
+    StartTracker,
     draw_unsolved,
     group_outcomes,
     sampling_done,
@@ -165,7 +168,8 @@ class GRPO(OnPolicyAlgorithm):
             self.reference = self.policy.frozen_copy()
         elif hp.signal_metrics and sum(p.numel() for p in self.policy.parameters()) <= self.diagnostic_reference_max_params:
             self.reference = self.policy.frozen_copy()  # only for train/actor/kl_ref
-        self.solved = SolvedTracker(hp.skip_solved_after) if hp.skip_solved_after else None
+        skips = hp.skip_solved_after or hp.skip_failed_after
+        self.starts = StartTracker(hp.skip_solved_after, hp.skip_failed_after) if skips else None
 
     def _check_policy_options(self) -> None:
         """Per-dimension log-probs and executed actions where the config needs them (a clear error otherwise)."""
@@ -198,15 +202,15 @@ class GRPO(OnPolicyAlgorithm):
         state = {}
         if self.reference is not None:
             state["reference"] = self.reference.state_dict()
-        if self.solved is not None:
-            state["solved"] = self.solved.state_dict()
+        if self.starts is not None:
+            state["starts"] = self.starts.state_dict()
         return state
 
     def load_extra_state(self, state):
         if self.reference is not None and "reference" in state:
             self.reference.load_state_dict(state["reference"])
-        if self.solved is not None and "solved" in state:
-            self.solved.load_state_dict(state["solved"])
+        if self.starts is not None and ("starts" in state or "solved" in state):
+            self.starts.load_state_dict(state.get("starts", state.get("solved")))
 
     # ------------------------------------------------------------------------------------- rollouts
     def start_rollouts(self, seeds: list[int]) -> None:
@@ -225,7 +229,7 @@ class GRPO(OnPolicyAlgorithm):
         """This rank's groups for the current update's sampling round (default: the one being played,
         ``self.sampling_round``): ``group_size`` identical specs per group.
 
-        Group ``g`` is drawn from ``default_rng([seed, g])`` (pairs solved under ``skip_solved_after`` are redrawn
+        Group ``g`` is drawn from ``default_rng([seed, g])`` (pairs solved under ``skip_solved_after`` or hopeless under ``skip_failed_after`` are redrawn
         from ``[seed, g, attempt]``); ``g`` counts groups over updates, rounds and ranks, so every group is new."""
         hp = self.hp
         if sampling_round is None:
@@ -236,7 +240,7 @@ class GRPO(OnPolicyAlgorithm):
                  + self.dist.rank * per_rank)
         specs, self.last_skipped = [], 0
         for j in range(per_rank):
-            spec, skipped = draw_unsolved(lambda attempt, group=first + j: self._draw_group(group, attempt), self.solved)
+            spec, skipped = draw_unsolved(lambda attempt, group=first + j: self._draw_group(group, attempt), self.starts)
             self.last_skipped += skipped
             specs += [spec] * hp.group_size
         return specs
@@ -277,13 +281,13 @@ class GRPO(OnPolicyAlgorithm):
             records.append((obs, actions, log_probs, np.where(jobs >= 0, jobs + offset, -1), sub_steps))
         return results, records
 
-    def _record_solved(self, specs: list[EpisodeSpec], outcome: GroupOutcomes) -> None:
-        """Every rank's group outcomes of a round into the solved history (the same on every rank)."""
+    def _record_starts(self, specs: list[EpisodeSpec], outcome: GroupOutcomes) -> None:
+        """Every rank's group outcomes of a round into the starts' history (the same on every rank)."""
         keys = [_pair(spec) for spec in specs[::self.hp.group_size]]
-        local = list(zip(keys, outcome.all_success.tolist()))
+        local = list(zip(keys, outcome.all_success.tolist(), outcome.all_fail.tolist()))
         for part in self.dist.gather_objects(local):
-            for key, all_success in part:
-                self.solved.record(key, all_success)
+            for key, all_success, all_fail in part:
+                self.starts.record(key, all_success, all_fail)
 
     def collect_rollouts(self):
         hp = self.hp
@@ -298,8 +302,8 @@ class GRPO(OnPolicyAlgorithm):
             if success and any(r.success is None for r in played):
                 raise ValueError(f"{self.cfg.env.id} does not report info['success']: use grpo.score=return")
             outcome = group_outcomes(_scores(played, success), hp.group_size, success)
-            if self.solved is not None:
-                self._record_solved(specs, outcome)
+            if self.starts is not None:
+                self._record_starts(specs, outcome)
             results += played
             records += played_records
             outcomes.append(outcome)
@@ -370,9 +374,10 @@ class GRPO(OnPolicyAlgorithm):
                         "rollout/useful_episodes": mixed_total * hp.group_size, "rollout/sampling_rounds": rounds})
         if mixed_total:
             metrics["rollout/episodes_per_useful_group"] = episodes_played / mixed_total
-        if self.solved is not None:
-            metrics["rollout/skipped_solved"] = totals[6]
-            metrics["rollout/solved_pairs"] = self.solved.num_solved()
+        if self.starts is not None:
+            metrics["rollout/skipped_starts"] = totals[6]
+            metrics["rollout/solved_pairs"] = self.starts.num_solved()
+            metrics["rollout/hopeless_pairs"] = self.starts.num_hopeless()
         self.num_timesteps += int(totals[0])
         num_minibatches = math.ceil(total_rows / hp.batch_size)  # 0 when every group of every rank was uniform
         return buffer, num_minibatches, metrics

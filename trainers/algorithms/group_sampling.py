@@ -1,21 +1,23 @@
-"""GRPO's group bookkeeping: which groups carry signal, when an update has sampled enough, which starts are solved.
+"""GRPO's group bookkeeping: which groups carry signal, when an update has sampled enough, which starts to skip.
 
     >>> outcome = group_outcomes(torch.tensor([1., 0., 1., 1., 0., 0.]), group_size=2, success=True)
     >>> outcome.mixed.tolist(), outcome.all_success.tolist(), outcome.all_fail.tolist()
     ([True, False, False], [False, True, False], [False, False, True])
     >>> sampling_done(mixed=1, rounds=1, min_mixed=2, max_rounds=4), sampling_done(mixed=2, rounds=1, min_mixed=2, max_rounds=4)
     (False, True)
-    >>> solved = SolvedTracker(after=2)
-    >>> for all_success in (True, True): solved.record((0, 7), all_success)
-    >>> solved.solved((0, 7)), solved.solved((0, 8))
-    (True, False)
+    >>> starts = StartTracker(after=2, failed_after=3)
+    >>> for all_success in (True, True): starts.record((0, 7), all_success)
+    >>> for _ in range(3): starts.record((0, 9), all_success=False, all_fail=True)
+    >>> starts.solved((0, 7)), starts.solved((0, 8)), starts.hopeless((0, 9)), starts.skip((0, 9))
+    (True, False, True, True)
 
 A group is *mixed* when its scores differ (nonzero advantages: signal), *uniform* otherwise; with the success
 score a uniform group is all-success or all-fail. Dynamic sampling (``grpo.min_mixed_groups``) plays rounds of
 ``groups_per_update`` groups until the update holds enough mixed groups over all ranks (:func:`sampling_done`,
 called with the all-ranks sum so that every rank stops after the same round). ``grpo.skip_solved_after = K``
-skips a (task, init state) pair whose last ``K`` groups were all-success (:class:`SolvedTracker`, kept the same on
-every rank from the gathered outcomes of each round, and saved in checkpoints).
+skips a (task, init state) pair whose last ``K`` groups were all-success, ``grpo.skip_failed_after = K`` one whose
+last ``K`` were all-fail (:class:`StartTracker`, kept the same on every rank from the gathered outcomes of each
+round, and saved in checkpoints): the update's episodes go to starts that can still give mixed groups.
 """
 from __future__ import annotations
 
@@ -56,42 +58,61 @@ def sampling_done(mixed: int, rounds: int, min_mixed: int, max_rounds: int) -> b
     return min_mixed <= 0 or mixed >= min_mixed or rounds >= max_rounds
 
 
-class SolvedTracker:
-    """The last ``after`` group outcomes (all-success or not) of each (task, init state) pair."""
+class StartTracker:
+    """The last group outcomes of each (task, init state) start: ``after`` all-success groups in a row make it
+    solved, ``failed_after`` all-fail groups in a row hopeless (0: never); :meth:`skip` is either."""
 
-    def __init__(self, after: int):
-        self.after = int(after)
-        self.history: dict[Hashable, list[bool]] = {}
+    def __init__(self, after: int = 0, failed_after: int = 0):
+        self.after, self.failed_after = int(after), int(failed_after)
+        self.history: dict[Hashable, list[str]] = {}  # "success" | "fail" | "mixed", oldest first
 
-    def record(self, key: Hashable | None, all_success: bool) -> None:
-        if key is None or self.after <= 0:
+    def record(self, key: Hashable | None, all_success: bool, all_fail: bool = False) -> None:
+        keep = max(self.after, self.failed_after)
+        if key is None or keep <= 0:
             return
         history = self.history.setdefault(key, [])
-        history.append(bool(all_success))
-        del history[:-self.after]
+        history.append("success" if all_success else "fail" if all_fail else "mixed")
+        del history[:-keep]
+
+    def _last_all(self, key: Hashable | None, count: int, outcome: str) -> bool:
+        history = self.history.get(key) if key is not None and count > 0 else None
+        return history is not None and len(history) >= count and all(h == outcome for h in history[-count:])
 
     def solved(self, key: Hashable | None) -> bool:
-        """True when the pair's last ``after`` groups all succeeded."""
-        history = self.history.get(key) if key is not None and self.after > 0 else None
-        return history is not None and len(history) >= self.after and all(history)
+        """True when the start's last ``after`` groups all succeeded."""
+        return self._last_all(key, self.after, "success")
+
+    def hopeless(self, key: Hashable | None) -> bool:
+        """True when the start's last ``failed_after`` groups all failed."""
+        return self._last_all(key, self.failed_after, "fail")
+
+    def skip(self, key: Hashable | None) -> bool:
+        return self.solved(key) or self.hopeless(key)
 
     def num_solved(self) -> int:
         return sum(self.solved(key) for key in self.history)
 
+    def num_hopeless(self) -> int:
+        return sum(self.hopeless(key) for key in self.history)
+
     def state_dict(self) -> dict[str, Any]:
-        return {"after": self.after, "history": [[list(key), list(history)] for key, history in self.history.items()]}
+        return {"after": self.after, "failed_after": self.failed_after,
+                "history": [[list(key), list(history)] for key, history in self.history.items()]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.history = {tuple(key): [bool(x) for x in history][-self.after:] for key, history in state["history"]}
+        keep = max(self.after, self.failed_after)
+        # checkpoints before failed_after stored True (all-success) / False (not) per group
+        read = lambda h: h if isinstance(h, str) else ("success" if h else "mixed")
+        self.history = {tuple(key): [read(h) for h in history][-keep:] for key, history in state["history"]}
 
 
-def draw_unsolved(draw, solved: SolvedTracker | None, max_attempts: int = 64):
-    """``draw(attempt) -> (key, spec)`` until a key that is not solved (at most ``max_attempts`` draws; then the last
-    one); returns (spec, number of draws skipped as solved)."""
+def draw_unsolved(draw, tracker: StartTracker | None, max_attempts: int = 64):
+    """``draw(attempt) -> (key, spec)`` until a key that is neither solved nor hopeless (at most ``max_attempts``
+    draws; then the last one); returns (spec, number of draws skipped)."""
     skipped = 0
     for attempt in range(max_attempts):
         key, spec = draw(attempt)
-        if solved is None or not solved.solved(key):
+        if tracker is None or not tracker.skip(key):
             return spec, skipped
         skipped += 1
     return spec, skipped

@@ -135,6 +135,8 @@ class GRPOConfig:
     max_sampling_rounds: int = 4
     #: skip (task, init state) pairs whose last K groups all succeeded (score=success); 0: off
     skip_solved_after: int = 0
+    #: skip (task, init state) pairs whose last K groups all failed (score=success); 0: off
+    skip_failed_after: int = 0
     #: learning-signal metrics every update (trainers/grpo.py): per-dim ratio statistics, mean shift, KL to the
     #: initial policy, gradient cosine of two half batches (two extra backward passes on one minibatch)
     signal_metrics: bool = True
@@ -153,7 +155,7 @@ class GRPOConfig:
         if self.clip_range_low is not None and self.clip_range_low >= 1:
             raise ConfigError(f"grpo.clip_range_low={self.clip_range_low}: must be below 1 (the ratio's lower "
                               "bound is 1 - clip_range_low)")
-        for key in ("min_mixed_groups", "skip_solved_after"):
+        for key in ("min_mixed_groups", "skip_solved_after", "skip_failed_after"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"grpo.{key}={getattr(self, key)}: must be 0 (off) or positive")
         if self.min_mixed_groups and not self.filter_uniform_groups:
@@ -163,8 +165,9 @@ class GRPOConfig:
             raise ConfigError(f"grpo.min_mixed_groups={self.min_mixed_groups} can never be reached with "
                               f"groups_per_update={self.groups_per_update} x max_sampling_rounds="
                               f"{self.max_sampling_rounds} groups per update")
-        if self.skip_solved_after and self.score != "success":
-            raise ConfigError("grpo.skip_solved_after counts all-success groups: it needs grpo.score=success")
+        for key in ("skip_solved_after", "skip_failed_after"):
+            if getattr(self, key) and self.score != "success":
+                raise ConfigError(f"grpo.{key} counts all-success / all-fail groups: it needs grpo.score=success")
 
     @property
     def clip_bounds(self) -> tuple[float, float]:
