@@ -31,6 +31,8 @@ from vla_gym.trainers.evaluation.ood import (
 from vla_gym.trainers.policies import make_policy
 from vla_gym.trainers.runtime.config import config_from_dict
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
 POLICY_KWARGS = {"image_features": 16, "hidden_sizes": [16], "text_dim": 8}
 
 
@@ -239,3 +241,19 @@ def test_eval_samples_with_the_noise_and_std_asked_for(tmp_path, capsys):
     assert json.loads((out / "eval.json").read_text())["episodes"]
     assert eval_main(["--checkpoint", str(checkpoint), "--std", "0.05"]) == 2
     assert "--std and --noise set how actions are sampled: add --stochastic" in capsys.readouterr().err
+
+
+def test_noise_sweep_script_evaluates_each_setting_once_and_writes_its_rows(tmp_path, capsys):
+    """scripts/noise_sweep.py (its short form): a greedy row and one per SHAPE:STD; a second run reads them back."""
+    checkpoint = tiny_checkpoint(tmp_path / "ckpt.pt", chunk_size=2)
+    command = [sys.executable, "scripts/noise_sweep.py", "--checkpoint", str(checkpoint), "--settings", "chunk:0.05",
+               "--out", str(tmp_path / "noise"), "--json", str(tmp_path / "noise.json"), "--",
+               "--episodes-per-task", "1", "--device", "cpu"]
+    first = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    rows = json.loads((tmp_path / "noise.json").read_text())["rows"]
+    assert [(r["noise"], r["std"], r["episodes"]) for r in rows] == [("greedy", 0.0, 1), ("chunk", 0.05, 1)]
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "running:" not in again.stdout  # both read back, nothing played
+    bad = subprocess.run([*command[:5], "chunky:0.1", *command[6:]], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "write SHAPE:STD" in bad.stderr
