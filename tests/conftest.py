@@ -8,9 +8,9 @@ import pytest
 
 #: files whose every test is quick (units, doctests, the layout, the fake OmniGibson)
 QUICK_FILES = {
-    "test_behavior.py", "test_doctests.py", "test_episodes.py", "test_layout.py", "test_libero_miniature.py",
-    "test_libero_pro.py", "test_trainers_rollout.py", "test_trainers_units.py", "test_vla_policies.py",
-    "test_vla_small.py", "test_wrapper_spec.py", "test_wrappers_units.py",
+    "test_behavior.py", "test_doctests.py", "test_episodes.py", "test_eval_stats.py", "test_layout.py",
+    "test_libero_miniature.py", "test_libero_pro.py", "test_trainers_rollout.py", "test_trainers_units.py",
+    "test_vla_policies.py", "test_vla_small.py", "test_wrapper_spec.py", "test_wrappers_units.py",
 }
 
 

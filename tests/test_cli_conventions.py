@@ -44,7 +44,7 @@ def test_every_command_line_shows_examples_and_uses_the_shared_flags(path):
 
 
 @pytest.mark.quick
-@pytest.mark.parametrize("argv", [["--help"], ["list", "--help"], ["demos", "--help"]])
+@pytest.mark.parametrize("argv", [["--help"], ["list", "--help"], ["demos", "--help"], ["compare", "--help"]])
 def test_vla_gym_help_ends_with_examples(argv, capsys):
     from vla_gym.cli import main
 

@@ -83,7 +83,14 @@ def test_table_and_state_only_policies(tmp_path):
     assert played == ["ind", "paraphrase", "action_noise", "action_delay"] and report["skipped"] == ["lighting"]
     assert report["categories"] == {"semantic": 0.75, "execution": 0.25} and report["ood_average"] == 0.5
     table = (tmp_path / "ood.md").read_text()
-    assert "| 100.0 | n/a | 75.0 | 25.0 | 50.0 |" in table and "| action_delay | execution | 2 | 4 | 0.0 | -100.0 |" in table
+    # each rate with its 95 % Wilson interval and episodes; a category mean's over its rows' episodes
+    assert "| 100.0 [51.0, 100.0] n=4 | n/a | 75.0 [30.1, 95.4] n=4 | 25.0 [7.1, 59.1] n=8 | 50.0 [24.3, 75.7] n=12 |" \
+        in table
+    assert "| action_delay | execution | 2 | 4 | 0.0 | [0.0, 49.0] | -100.0 |" in table
+    assert "| none (IND) | - | - | 4 | 100.0 | [51.0, 100.0] | - | - |" in table
+    assert report["ind_ci95"] == [pytest.approx(0.5101, abs=1e-4), 1.0] and report["ood_episodes"] == 12
+    assert report["categories_episodes"] == {"semantic": 4, "execution": 8}
+    assert report["categories_ci95"]["semantic"] == report["rows"][0]["ci95"] and report["rows"][0]["successes"] == 3
     assert "Not evaluated (the policy sees no images): lighting." in table
     assert json.loads((tmp_path / "ood.json").read_text()) == report
     no_success = ood_report({Row(): {"overall": {"episodes": 1, "success_rate": math.nan, "mean_length": 1.0}}}, "t")

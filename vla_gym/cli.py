@@ -5,6 +5,7 @@
     vla-gym list --pro            # each LIBERO-PRO id (perturbed LIBERO suites), its OOD category, what it changes
     vla-gym check                 # are the rendering system packages there?
     vla-gym demos VLA/LiberoObject-v0 --init-states 0-19 --out data/x --workers 2     # expert demos (LeRobot v3)
+    vla-gym compare runs/eval_sft/eval.json runs/eval_grpo/eval.json    # paired difference, bootstrap CI, McNemar
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from vla_gym.runtime import system
 from vla_gym.runtime.cli_args import parser_with_examples
 from vla_gym.tasks import libero_pro
 from vla_gym.tasks.maniskill import TASKS
+from vla_gym.trainers.evaluation import compare as compare_reports
 
 #: how to get a backend that pip alone cannot install
 INSTALL_HINTS = {"behavior": "needs Isaac Sim + OmniGibson: docs/behavior.md"}
@@ -114,8 +116,10 @@ def list_pro(out=sys.stdout) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = parser_with_examples("vla-gym", "The vla-gym command: list env ids, check the machine, record demos.", [
-        "vla-gym list --backend libero", "vla-gym list --pro", "vla-gym check", *record_demos.EXAMPLES[:1]])
+    parser = parser_with_examples(
+        "vla-gym", "The vla-gym command: list env ids, check the machine, record demos, compare evaluations.", [
+            "vla-gym list --backend libero", "vla-gym list --pro", "vla-gym check", *record_demos.EXAMPLES[:1],
+            compare_reports.EXAMPLES[0]])
     sub = parser.add_subparsers(dest="command", required=True)
     list_parser = sub.add_parser("list", help="list registered env ids")
     parser_with_examples(None, "List the registered VLA/... ids: backend, tasks, runnable here.",
@@ -125,7 +129,11 @@ def main(argv: list[str] | None = None) -> int:
                              help="each LIBERO-PRO id (perturbed LIBERO suite), its OOD category and what it changes")
     sub.add_parser("check", help="check the system packages headless rendering needs")
     record_demos.add_arguments(sub.add_parser("demos", help="record scripted-expert episodes as a LeRobot v3 dataset"))
+    compare_reports.add_arguments(sub.add_parser(
+        "compare", help="compare two eval.json (or ood.json) reports episode by episode: paired CI, McNemar p"))
     args = parser.parse_args(argv)
+    if args.command == "compare":
+        return compare_reports.main(args)
     if args.command == "demos":
         return record_demos.main(args)
     if args.command == "list":

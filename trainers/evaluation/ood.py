@@ -7,7 +7,10 @@ seeded perturbation, as the IND / Vision / Semantic / Execution / OOD-average ta
 Every row plays the same episodes (same seeds, tasks and initial states) as the in-distribution row, with one
 :class:`vla_gym.wrappers.Perturb` put innermost in the env's wrapper list; the perturbation is drawn from each
 episode's seed, so a row is repeatable. A category's score is the mean success of its rows, the OOD average
-the mean of the categories evaluated. Vision rows are left out for a policy that sees no images (ManiSkill's
+the mean of the categories evaluated. Every rate carries its episode count and 95 % Wilson interval
+(:mod:`vla_gym.trainers.evaluation.stats`): a row's over its episodes, a category mean's and the OOD average's
+over Kish's effective number of episodes of the rows they average (:func:`~vla_gym.trainers.evaluation.stats.mean_rate_interval`;
+the rows replay the same episodes, so these two are, if anything, a little narrow). Vision rows are left out for a policy that sees no images (ManiSkill's
 ``obs_mode=state``). Writes ``ood.md`` and ``ood.json`` to the report directory and each row's own
 ``eval.md``/``eval.json``/``videos/`` under ``<row>/`` (``ind/``, ``lighting/``, ...).
 
@@ -31,6 +34,7 @@ from typing import Any
 
 from vla_gym.ood.perturbations import CATEGORIES, PERTURBATIONS, make_perturbation
 from vla_gym.tasks import libero_pro
+from vla_gym.trainers.evaluation.stats import interval_text, mean_rate_interval, success_counts, wilson_interval
 from vla_gym.trainers.runtime.checkpoint import atomic_write_text
 from vla_gym.trainers.runtime.distributed import Distributed
 
@@ -199,24 +203,60 @@ def _ood_average(categories: dict[str, float]) -> float:
     return sum(categories.values()) / len(categories) if categories else math.nan
 
 
+def _interval(stats: dict) -> list[float] | None:
+    """The 95 % Wilson interval of a summary entry or a row (None: no success reported)."""
+    counts = success_counts(stats)
+    return None if counts is None else list(wilson_interval(*counts))
+
+
+def _rate_parts(rows: list[dict]) -> list[tuple[float, float]]:
+    """``(rate, episodes that reported success)`` of rows with a rate (the rows the means average)."""
+    parts = []
+    for row in rows:
+        counts = success_counts(row)
+        if counts is not None:
+            parts.append((row["success_rate"], counts[1]))
+    return parts
+
+
+def _mean_intervals(rows: list[dict]) -> dict:
+    """The intervals and episode counts of the category means and the OOD average of ``rows`` (report keys)."""
+    by_category = {c: [r for r in rows if r["category"] == c] for c in CATEGORIES}
+    parts = {c: _rate_parts(found) for c, found in by_category.items()}
+    parts = {c: found for c, found in parts.items() if found}
+    intervals = {c: mean_rate_interval(found) for c, found in parts.items()}
+    # the OOD average weighs each category equally and each row equally within its category
+    weights = [1.0 / len(found) for found in parts.values() for _ in found]
+    overall = mean_rate_interval([part for found in parts.values() for part in found], weights)
+    return {"categories_ci95": {c: list(i) for c, i in intervals.items()},
+            "categories_episodes": {c: int(sum(n for _, n in found)) for c, found in parts.items()},
+            "ood_average_ci95": None if overall is None else list(overall),
+            "ood_episodes": int(sum(n for found in parts.values() for _, n in found))}
+
+
 def ood_report(summaries: dict[Row, dict], title: str, skipped: Sequence[str] = ()) -> dict:
     """The table's numbers: IND, per-category means, OOD average and one entry per perturbation."""
     ind = summaries[Row()]["overall"]["success_rate"]
     def entry(row: Row, summary: dict) -> dict:
+        overall = summary["overall"]
+        counts = success_counts(overall)
         return {"perturbation": row.kind or row.libero_pro, "directory": row.name, "category": row.category,
-                "strength": _strength(row), "episodes": summary["overall"]["episodes"],
-                "success_rate": summary["overall"]["success_rate"], "mean_length": summary["overall"]["mean_length"]}
+                "strength": _strength(row), "episodes": overall["episodes"],
+                "success_rate": overall["success_rate"], "mean_length": overall["mean_length"],
+                "successes": None if counts is None else counts[0],
+                "success_episodes": None if counts is None else counts[1], "ci95": _interval(overall)}
 
     rows = [entry(row, summary) for row, summary in summaries.items() if row.kind]
     pro_rows = [entry(row, summary) for row, summary in summaries.items() if row.libero_pro]
     categories = _category_means(rows)
     report = {"title": title, "ind": ind, "ind_episodes": summaries[Row()]["overall"]["episodes"],
+              "ind_ci95": _interval(summaries[Row()]["overall"]),
               "categories": categories, "ood_average": _ood_average(categories), "rows": rows,
-              "skipped": list(skipped)}
+              "skipped": list(skipped), **_mean_intervals(rows)}
     if pro_rows:
         pro_categories = _category_means(pro_rows)
         report["libero_pro"] = {"categories": pro_categories, "rows": pro_rows,
-                                "ood_average": _ood_average(pro_categories)}
+                                "ood_average": _ood_average(pro_categories), **_mean_intervals(pro_rows)}
     return report
 
 
@@ -228,11 +268,14 @@ def percent(rate: float | None) -> str:
 def ood_markdown(report: dict) -> str:
     """The seeds' table (success in %) and the per-perturbation rows."""
     lines = [f"# {report['title']}", "", "Success rate (%) in distribution (IND) and per OOD category "
-             "(mean over its perturbations); OOD avg: mean over the categories.", ""]
-    lines += _summary_table(report["ind"], report["categories"], report["ood_average"])
-    lines += ["", "| perturbation | category | strength | episodes | success (%) | change vs IND (points) | mean length |",
-              "|---|---|---:|---:|---:|---:|---:|",
-              f"| none (IND) | - | - | {report['ind_episodes']} | {percent(report['ind'])} | - | - |"]
+             "(mean over its perturbations); OOD avg: mean over the categories. Each with its 95 % Wilson interval "
+             "and n, the episodes it is measured on (a mean's interval uses the effective n of its rows: "
+             "docs/evaluation.md#statistics).", ""]
+    lines += _summary_table(report, report)
+    lines += ["", "| perturbation | category | strength | episodes | success (%) | 95 % CI (%) | change vs IND (points) "
+              "| mean length |", "|---|---|---:|---:|---:|---:|---:|---:|",
+              f"| none (IND) | - | - | {report['ind_episodes']} | {percent(report['ind'])} | "
+              f"{interval_text(_ind_interval(report), percent=True)} | - | - |"]
     lines += [_row_line(row, report["ind"]) for row in report["rows"]]
     if report["skipped"]:
         lines += ["", f"Not evaluated (the policy sees no images): {', '.join(report['skipped'])}."]
@@ -240,9 +283,9 @@ def ood_markdown(report: dict) -> str:
     if pro:
         lines += ["", "## LIBERO-PRO suites", "", "Their own tasks and initial states (not the IND episodes); "
                   "category means over these suites only.", ""]
-        lines += _summary_table(report["ind"], pro["categories"], pro["ood_average"])
-        lines += ["", "| LIBERO-PRO suite | category | strength | episodes | success (%) | change vs IND (points) | "
-                  "mean length |", "|---|---|---:|---:|---:|---:|---:|"]
+        lines += _summary_table(report, pro)
+        lines += ["", "| LIBERO-PRO suite | category | strength | episodes | success (%) | 95 % CI (%) | "
+                  "change vs IND (points) | mean length |", "|---|---|---:|---:|---:|---:|---:|---:|"]
         lines += [_row_line(row, report["ind"]) for row in pro["rows"]]
     return "\n".join(lines) + "\n"
 
@@ -264,11 +307,33 @@ def ood_report_from_rows(report: dict, directories: Sequence[str]) -> dict:
     by_directory = {row["directory"]: row for row in report["rows"]}
     rows = [by_directory[d] for d in directories]
     categories = _category_means(rows)
-    return {**report, "rows": rows, "categories": categories, "ood_average": _ood_average(categories)}
+    return {**report, "rows": rows, "categories": categories, "ood_average": _ood_average(categories),
+            **_mean_intervals(rows)}
 
 
-def _summary_table(ind: float, categories: dict, ood: float) -> list[str]:
-    values = summary_values({"ind": ind, "categories": categories, "ood_average": ood})
+def _ind_interval(report: dict) -> list[float] | None:
+    """IND's interval (reports written before intervals were stored: from its rate and episodes)."""
+    if "ind_ci95" in report:
+        return report["ind_ci95"]
+    return _interval({"success_rate": report["ind"], "episodes": report["ind_episodes"]})
+
+
+def _with_interval(rate: float | None, interval: list[float] | None, episodes: int | None) -> str:
+    """``75.0 [40.9, 92.9] n=8`` (``n/a`` without a rate)."""
+    if rate is None or math.isnan(rate) or interval is None:
+        return percent(rate)
+    return f"{percent(rate)} {interval_text(interval, percent=True)} n={episodes}"
+
+
+def _summary_table(report: dict, means: dict) -> list[str]:
+    """The seeds' table of ``report``'s IND and ``means``' categories and OOD average (``means`` is the report or
+    its ``libero_pro`` part), each cell with its interval and episodes."""
+    if "ood_average_ci95" not in means:  # a report written before intervals were stored
+        means = {**means, **_mean_intervals(means["rows"])}
+    intervals, episodes = means["categories_ci95"], means["categories_episodes"]
+    values = [_with_interval(report["ind"], _ind_interval(report), report["ind_episodes"])]
+    values += [_with_interval(means["categories"].get(c), intervals.get(c), episodes.get(c)) for c in CATEGORIES]
+    values.append(_with_interval(means["ood_average"], means["ood_average_ci95"], means["ood_episodes"]))
     return ["| " + summary_header() + " |", "|" + "---:|" * 5, "| " + " | ".join(values) + " |"]
 
 
@@ -276,5 +341,7 @@ def _row_line(row: dict, ind: float) -> str:
     change = "n/a" if math.isnan(row["success_rate"]) or math.isnan(ind) else \
         f"{100 * (row['success_rate'] - ind):+.1f}"
     strength = "-" if row["strength"] is None else f"{row['strength']:g}"
+    interval = row["ci95"] if "ci95" in row else _interval(row)
     return (f"| {row['perturbation']} | {row['category']} | {strength} | {row['episodes']} | "
-            f"{percent(row['success_rate'])} | {change} | {row['mean_length']:.1f} |")
+            f"{percent(row['success_rate'])} | {interval_text(interval, percent=True)} | {change} | "
+            f"{row['mean_length']:.1f} |")

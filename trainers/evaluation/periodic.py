@@ -8,6 +8,10 @@
     videos = evaluator.record_videos(policy, 2, run_dir / "eval" / "videos")                  # MP4 paths
     evaluator.close()
 
+Each evaluation logs ``eval/success_rate`` with its episode count ``eval/episodes`` and 95 % Wilson interval
+(``eval/success_ci95_low`` / ``_high``), per task too (``eval/success_rate/<task>``, ...) when it played several
+tasks, and prints them (:func:`eval_message`).
+
 Every evaluation plays the same seeds (``10**9 + cfg.seed + k``, split over the ranks: ``evaluate`` is
 collective), so evaluations at different updates compare like with like. The policy at one update is not
 played twice: an evaluation right after another with the same arguments reuses its episodes (and only
@@ -21,6 +25,7 @@ from typing import Any
 from gymnasium.vector import VectorEnv
 
 from vla_gym.trainers.evaluation.report import summarize, write_report
+from vla_gym.trainers.evaluation.stats import interval_text
 from vla_gym.trainers.policies import Policy
 from vla_gym.trainers.rollout.episode_plan import EpisodeSpec
 from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
@@ -66,12 +71,10 @@ class TrainingEvaluator:
         if self.dist.is_main:
             overall = summary["overall"]
             self.run.log({"eval/success_rate": overall["success_rate"], "eval/return": overall["mean_return"],
-                          "eval/episode_len": overall["mean_length"], "eval/elapsed_s": self.run.elapsed_s()},
-                         num_timesteps)
+                          "eval/episode_len": overall["mean_length"], "eval/elapsed_s": self.run.elapsed_s(),
+                          "eval/episodes": overall["episodes"], **interval_scalars(summary)}, num_timesteps)
             if self.run.logger is not None:
-                self.run.say(f"eval @ {num_timesteps} steps: success {overall['success_rate']:.3f}, "
-                             f"return {overall['mean_return']:.2f} over {overall['episodes']} episodes"
-                             .replace("success nan, ", ""))
+                self.run.say(eval_message(summary, num_timesteps))
             if report_dir is not None:
                 write_report(gathered, report_dir, header=header)
         return summary
@@ -102,3 +105,47 @@ class TrainingEvaluator:
         if self.envs is not None:
             self.envs.close()
             self.envs = None
+
+
+def interval_scalars(summary: dict[str, Any]) -> dict[str, float]:
+    """The ``eval/*`` scalars of the success intervals: overall, and per task when there are several tasks.
+
+    >>> s = {"overall": {"success_rate": 0.5, "episodes": 4, "ci95": [0.15, 0.85]}, "tasks": {}}
+    >>> interval_scalars(s)
+    {'eval/success_ci95_low': 0.15, 'eval/success_ci95_high': 0.85}
+    """
+    entries = [("", summary["overall"])]
+    if len(summary.get("tasks", {})) > 1:
+        entries += [(f"/{name}", stats) for name, stats in summary["tasks"].items()]
+    scalars = {}
+    for suffix, stats in entries:
+        if suffix:
+            scalars[f"eval/success_rate{suffix}"] = stats["success_rate"]
+        if stats.get("ci95") is not None:
+            scalars[f"eval/success_ci95_low{suffix}"], scalars[f"eval/success_ci95_high{suffix}"] = stats["ci95"]
+    return scalars
+
+
+def eval_message(summary: dict[str, Any], num_timesteps: int) -> str:
+    """The printed lines of an evaluation: success with its count and 95 % Wilson interval, and per task.
+
+    >>> s = {"overall": {"success_rate": 0.5, "successes": 2, "success_episodes": 4, "episodes": 4,
+    ...                  "mean_return": 1.0, "ci95": [0.15, 0.85]}, "tasks": {}}
+    >>> eval_message(s, 100)
+    'eval @ 100 steps: success 0.500 (2/4, 95 % CI [0.150, 0.850]), return 1.00 over 4 episodes'
+    """
+    overall = summary["overall"]
+    lines = [f"eval @ {num_timesteps} steps: {_success_text(overall)}return {overall['mean_return']:.2f} over "
+             f"{overall['episodes']} episodes"]
+    tasks = summary.get("tasks", {})
+    if len(tasks) > 1:
+        lines += [f"  {name}: {_success_text(stats).rstrip(', ')}" for name, stats in tasks.items()
+                  if stats.get("ci95") is not None]
+    return "\n".join(lines)
+
+
+def _success_text(stats: dict[str, Any]) -> str:
+    if stats.get("ci95") is None:
+        return ""  # the env reports no success
+    return (f"success {stats['success_rate']:.3f} ({stats['successes']}/{stats['success_episodes']}, "
+            f"95 % CI {interval_text(stats['ci95'])}), ")
