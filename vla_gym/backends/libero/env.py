@@ -19,6 +19,7 @@ import contextlib
 import importlib.util
 import os
 import pathlib
+import random
 import re
 import time
 import weakref
@@ -115,6 +116,31 @@ def import_libero():
     return benchmark, OffScreenRenderEnv
 
 
+#: the seed a scene build draws with: a build is the same whatever the user's generator holds
+BUILD_SEED = 0
+
+
+@contextlib.contextmanager
+def _global_rng_seeded(seed: int):
+    """Seed numpy's and python's *global* generators with ``seed`` inside the block, restore them after.
+
+    robosuite and LIBERO draw from ``np.random`` when they build a scene and on every reset: LIBERO's
+    ``_reset_internal`` places the fixtures (microwaves, cabinets, stoves: bodies without a free joint) by
+    writing ``model.body_pos`` / ``body_quat``, which ``set_init_state`` (a qpos / qvel restore) leaves as
+    drawn. Seeding inside the block makes the draws a function of the episode's seed, as LIBERO's
+    ``env.seed(seed)`` (``np.random.seed(seed)``) would, and restoring after leaves the user's generators
+    as they were: ``np.random.get_state()`` before and after a reset is the same.
+    """
+    numpy_state, python_state = np.random.get_state(), random.getstate()
+    try:
+        np.random.seed(seed % 2**32)
+        random.seed(seed)
+        yield
+    finally:
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)
+
+
 class LiberoBackend(Backend):
     control_hz = 20.0
     state_dim = 8  # eef position (3), eef axis-angle (3), gripper finger positions (2)
@@ -150,7 +176,7 @@ class LiberoBackend(Backend):
         index = task.extra["suite_task_index"]
         height, width = self.image_size
         fork_guard.check_not_forked(SIMULATOR)
-        with _explain_gl_errors():
+        with _explain_gl_errors(), _global_rng_seeded(BUILD_SEED):
             self._env = self._env_class(
                 bddl_file_name=suite.get_task_bddl_file_path(index),
                 camera_names=[CAMERAS[role] for role in self.camera_roles],
@@ -170,17 +196,21 @@ class LiberoBackend(Backend):
         self.scene_load_seconds += time.perf_counter() - started
 
     def reset(self, init_state_id: int | None, seed: int) -> None:
-        # The episode is the initial state alone: LIBERO's env.seed(seed) would only reseed numpy's *global*
-        # generator (the user's too), which reset() uses to place objects that set_init_state then overwrites.
-        # So it is not called; tests/test_fidelity.py checks the result against LIBERO's loop, which calls it.
-        self._env.reset()
-        for robot in self._env.robots:
-            # robosuite keeps the gripper's command between soft resets; a rebuilt model starts at 0.
-            # Without this the first episode after load() differs from later ones with the same seed.
-            robot.gripper.current_action = np.zeros(robot.gripper.dof)
-        self._raw_obs = self._env.set_init_state(self._init_states[init_state_id])
-        for _ in range(self.settle_steps):
-            self._raw_obs = self._env.step(NO_OP_OPEN)[0]
+        # The episode is the initial state and the seed. robosuite's reset() draws from numpy's *global*
+        # generator: object placements that set_init_state overwrites, and the fixtures' positions (model
+        # body_pos, which it does not): up to ~190/255 per pixel at their edges between two draws. LIBERO's
+        # env.seed(seed) would reseed the global generator for good (the user's too), so it is not called;
+        # the draws of this reset run under the episode's seed instead, and the user's generator is restored
+        # after (_global_rng_seeded). tests/test_fidelity.py checks the result against LIBERO's loop.
+        with _global_rng_seeded(seed):
+            self._env.reset()
+            for robot in self._env.robots:
+                # robosuite keeps the gripper's command between soft resets; a rebuilt model starts at 0.
+                # Without this the first episode after load() differs from later ones with the same seed.
+                robot.gripper.current_action = np.zeros(robot.gripper.dof)
+            self._raw_obs = self._env.set_init_state(self._init_states[init_state_id])
+            for _ in range(self.settle_steps):
+                self._raw_obs = self._env.step(NO_OP_OPEN)[0]
 
     def step(self, action: np.ndarray) -> tuple[float, bool]:
         self._raw_obs, reward, success, _ = self._env.step(action)
