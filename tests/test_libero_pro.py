@@ -154,6 +154,9 @@ def test_list_groups_the_perturbed_ids_under_their_suite_and_pro_lists_each():
     text = out.getvalue()
     for variant in libero_pro.variants(include_unavailable=True):
         assert (variant.env_id or f"({variant.benchmark})") in text
+    from vla_gym.cli import main
+
+    assert main(["list", "--pro"]) == 0  # the command line the README names
 
 
 # ---------------------------------------------------------------------------- scenes built and stepped

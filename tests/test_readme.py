@@ -91,7 +91,6 @@ SHORT_FORMS = {
     "python trainers/grpo.py --config examples/configs/libero_small_grpo.yaml "
     "grpo.init_checkpoint=runs/libero_small_sft/final.pt": Short(
         needs=LIBERO_SFT, expect_files=("runs/libero_small_grpo/checkpoints/ckpt_*.pt",)),
-    "vla-gym list --pro": Short(),
     "python trainers/ppo.py --config examples/configs/cartpole_ppo.yaml env.vectorization=async "
     "rollout.pipeline_stages=2": Short(extra=("env.num_envs=2", "env.vectorization=async"), expect_files=("runs/cartpole_ppo/checkpoints/ckpt_*.pt",)),
     "python trainers/eval.py --checkpoint runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000300.pt --ood": Short(
