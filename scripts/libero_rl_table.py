@@ -6,7 +6,7 @@
         --export-dir docs/results/checkpoints
     python scripts/libero_rl_table.py table          # the Markdown table the README and docs show
 
-A row is one (suite, seed, method, split, mode): the success of the SFT and the RL checkpoint on the same episodes
+A row is one (suite, seed, method, variant, split, mode): the success of the SFT and the RL checkpoint on the same episodes
 (both ``trainers/eval.py`` reports must have played the same (task, init state, seed) list, or the row is refused),
 the init states, the RL run's env steps and wall-clock minutes (summed over its resumed segments, from its
 TensorBoard ``time/elapsed_s``), the checkpoints and the commit that measured it. Adding a row with the same key
@@ -22,11 +22,12 @@ import sys
 import tempfile
 
 from vla_gym.runtime.cli_args import script_parser
+from vla_gym.trainers.evaluation.stats import wilson_interval
 from vla_gym.trainers.runtime.checkpoint import save_policy_only
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "libero_rl.json"
-KEY = ("suite", "seed", "method", "split", "mode")
+KEY = ("suite", "seed", "method", "variant", "split", "mode")
 
 
 def read_eval(directory: pathlib.Path) -> tuple[float, list[tuple], int]:
@@ -80,6 +81,10 @@ def save(data: dict, path: pathlib.Path = RESULTS) -> None:
     os.replace(handle.name, path)
 
 
+def key(row: dict) -> tuple:
+    return tuple(row.get(k, "") for k in KEY)
+
+
 def add(args) -> dict:
     sft, sft_played, episodes = read_eval(pathlib.Path(args.sft_eval))
     rl, rl_played, _ = read_eval(pathlib.Path(args.rl_eval))
@@ -92,30 +97,39 @@ def add(args) -> dict:
     if args.export_dir:  # the models themselves, trained parameters only, beside the results
         stem = f"libero_{args.suite}_seed{args.seed}"
         sft_checkpoint = str(save_policy_only(sft_checkpoint, pathlib.Path(args.export_dir) / f"{stem}_sft.pt"))
-        rl_checkpoint = str(save_policy_only(rl_checkpoint, pathlib.Path(args.export_dir) / f"{stem}_{args.method}.pt"))
+        rl_name = f"{stem}_{args.method}{'_' + args.variant if args.variant else ''}.pt"
+        rl_checkpoint = str(save_policy_only(rl_checkpoint, pathlib.Path(args.export_dir) / rl_name))
     row = {
-        "suite": args.suite, "seed": args.seed, "method": args.method, "split": args.split, "mode": args.mode,
+        "suite": args.suite, "seed": args.seed, "method": args.method, "variant": args.variant, "split": args.split,
+        "mode": args.mode,
         "init_states": sorted({init for _, init, _ in sft_played if init is not None}), "episodes": episodes,
         "sft": round(sft, 4), "rl": round(rl, 4), "env_steps": env_steps, "wall_minutes": minutes,
         "commit": commit(), "sft_checkpoint": relative(sft_checkpoint), "rl_checkpoint": relative(rl_checkpoint),
     }
     path = pathlib.Path(args.out)
     data = load(path)
-    data["rows"] = [r for r in data["rows"] if tuple(r[k] for k in KEY) != tuple(row[k] for k in KEY)] + [row]
-    data["rows"].sort(key=lambda r: tuple(str(r[k]) for k in KEY))
+    data["rows"] = [r for r in data["rows"] if key(r) != key(row)] + [row]
+    data["rows"].sort(key=lambda r: tuple(str(part) for part in key(r)))
     save(data, path)
     return row
 
 
 def table(data: dict) -> str:
-    """One line per row: SFT -> RL success with the change in points."""
+    """One line per row: SFT -> RL success (95 % Wilson intervals) with the change in points."""
     lines = ["| suite | seed | method | split | mode | episodes | SFT | RL | change | env steps | minutes |",
              "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in data["rows"]:
-        lines.append(f"| {r['suite']} | {r['seed']} | {r['method']} | {r['split']} | {r['mode']} | {r['episodes']} | "
-                     f"{100 * r['sft']:.0f} % | {100 * r['rl']:.0f} % | {100 * (r['rl'] - r['sft']):+.0f} | "
-                     f"{r['env_steps']:,} | {r['wall_minutes']:.0f} |")
+        method = f"{r['method']} {r['variant']}" if r.get("variant") else r["method"]
+        lines.append(f"| {r['suite']} | {r['seed']} | {method} | {r['split']} | {r['mode']} | {r['episodes']} | "
+                     f"{percent_interval(r['sft'], r['episodes'])} | {percent_interval(r['rl'], r['episodes'])} | "
+                     f"{100 * (r['rl'] - r['sft']):+.1f} | {r['env_steps']:,} | {r['wall_minutes']:.0f} |")
     return "\n".join(lines) + "\n"
+
+
+def percent_interval(rate: float, episodes: int) -> str:
+    """``17.5 % [8.7, 32.0]``: the rate and its 95 % Wilson interval, in percent."""
+    low, high = wilson_interval(round(rate * episodes), episodes)
+    return f"{100 * rate:.1f} % [{100 * low:.1f}, {100 * high:.1f}]"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                                                           "--split": ("train", "heldout"),
                                                           "--mode": ("greedy", "sampled")}[flag])
     adding.add_argument("--seed", type=int, required=True, help="the training seed")
+    adding.add_argument("--variant", default="", help="the RL config's version (e.g. v3): rows of several configs "
+                                                      "for one (suite, seed, method) stand side by side")
     adding.add_argument("--sft-eval", required=True, help="trainers/eval.py report directory of the SFT checkpoint")
     adding.add_argument("--rl-eval", required=True, help="... of the RL checkpoint, on the same episodes")
     adding.add_argument("--sft-checkpoint", required=True)

@@ -63,7 +63,13 @@ def test_a_row_is_written_replaced_and_shown(tmp_path):
     assert row["rl_checkpoint"].endswith("libero_object_seed0_grpo.pt")  # the exported copies, trained parameters only
     assert torch.load(row["rl_checkpoint"], weights_only=False) == {}  # (this fake checkpoint holds none of them)
     assert set(row) >= {"suite", "seed", "method", "split", "mode", "commit", "sft_checkpoint"}
-    assert "| object | 0 | grpo | train | greedy | 4 | 25 % | 75 % | +50 | 4,321 | 15 |" in run("table", "--out", str(out)).stdout
+    assert ("| object | 0 | grpo | train | greedy | 4 | 25.0 % [4.6, 69.9] | 75.0 % [30.1, 95.4] | +50.0 | 4,321 | 15 |"
+            in run("table", "--out", str(out)).stdout)  # with 95 % Wilson intervals
+    run("add", *common, "--mode", "greedy", "--variant", "v3", "--export-dir", str(tmp_path / "models"))
+    rows = json.loads(out.read_text())["rows"]  # another config's row stands beside the first
+    assert [(r["variant"], pathlib.Path(r["rl_checkpoint"]).name) for r in rows] == [
+        ("", "libero_object_seed0_grpo.pt"), ("v3", "libero_object_seed0_grpo_v3.pt")]
+    assert "| object | 0 | grpo v3 | train | greedy |" in run("table", "--out", str(out)).stdout
 
 
 def test_reports_of_different_episodes_are_refused(tmp_path):
