@@ -21,6 +21,7 @@ import re
 import shlex
 
 import pytest
+import yaml
 from short_runs import (
     ROOT,
     TINY_VLM,
@@ -64,11 +65,11 @@ SHORT_FORMS = {
         expect_files=("runs/maniskill_pushcube_ppo/checkpoints/ckpt_*.pt", "runs/maniskill_pushcube_ppo/config.yaml",
                       "runs/maniskill_pushcube_ppo/eval/eval.md", "runs/maniskill_pushcube_ppo/eval/videos/*.mp4")),
     "torchrun --nproc_per_node=2 trainers/grpo.py --config examples/configs/maniskill_pushcube_grpo.yaml "
-    "grpo.init_checkpoint=runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000300.pt": Short(
-        replace=(("ckpt_00000300.pt", "ckpt_00000001.pt"),), needs=MAIN_JOB,
+    "grpo.init_checkpoint=runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000450.pt": Short(
+        replace=(("ckpt_00000450.pt", "ckpt_00000001.pt"),), needs=MAIN_JOB,
         expect_files=("runs/maniskill_pushcube_grpo/checkpoints/ckpt_*.pt",)),
-    "python trainers/eval.py --checkpoint runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000300.pt --num-envs 4": Short(
-        replace=(("ckpt_00000300.pt", "ckpt_00000001.pt"), ("--num-envs 4", "--num-envs 1")),
+    "python trainers/eval.py --checkpoint runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000450.pt --num-envs 4": Short(
+        replace=(("ckpt_00000450.pt", "ckpt_00000001.pt"), ("--num-envs 4", "--num-envs 1")),
         extra=("--episodes-per-task", "2"),
         needs=MAIN_JOB, expect_files=("runs/maniskill_pushcube_ppo/eval-ckpt_00000001/eval.md",)),
     # two nodes on this machine: two launchers meet at one c10d endpoint, one process each
@@ -93,8 +94,8 @@ SHORT_FORMS = {
         needs=LIBERO_SFT, expect_files=("runs/libero_small_grpo/checkpoints/ckpt_*.pt",)),
     "python trainers/ppo.py --config examples/configs/cartpole_ppo.yaml env.vectorization=async "
     "rollout.pipeline_stages=2": Short(extra=("env.num_envs=2", "env.vectorization=async"), expect_files=("runs/cartpole_ppo/checkpoints/ckpt_*.pt",)),
-    "python trainers/eval.py --checkpoint runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000300.pt --ood": Short(
-        replace=(("ckpt_00000300.pt", "ckpt_00000001.pt"), ("--ood", "--ood paraphrase,action_noise")),
+    "python trainers/eval.py --checkpoint runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000450.pt --ood": Short(
+        replace=(("ckpt_00000450.pt", "ckpt_00000001.pt"), ("--ood", "--ood paraphrase,action_noise")),
         extra=("--episodes-per-task", "1"), needs=MAIN_JOB,
         expect_files=("runs/maniskill_pushcube_ppo/eval-ckpt_00000001/ood.md",)),  # reads the LIBERO-PRO catalog, builds no scene
     "python trainers/eval.py --checkpoint runs/libero_small_sft/final.pt --episodes-per-task 10": Short(
@@ -232,6 +233,17 @@ def test_the_parser_reads_the_readme():
     assert MAIN_JOB in commands, "the README's main job (torchrun, 2 processes) is not found by the parser"
     assert not any(c.startswith("#") or "\\" in c for c in commands)
     assert python_blocks(), "no ```python blocks found"
+
+
+def test_the_readme_names_the_main_jobs_last_checkpoint():
+    """The commands that start from the main job's checkpoint name the one a full run leaves (its last update)."""
+    import math
+
+    config = yaml.safe_load((ROOT / "examples/configs/maniskill_pushcube_ppo.yaml").read_text())
+    per_update = config["ppo"]["n_steps"] * config["env"]["num_envs"]
+    last = f"ckpt_{math.ceil(config['total_timesteps'] / per_update):08d}.pt"
+    named = set(re.findall(r"maniskill_pushcube_ppo/checkpoints/(ckpt_\d+\.pt)", README.read_text()))
+    assert named == {last}, f"the README names {sorted(named)}; a full main job ends with {last}"
 
 
 def test_every_readme_command_has_a_short_form():
