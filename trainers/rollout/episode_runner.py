@@ -123,6 +123,8 @@ class EpisodeRunner:
     ) -> list[EpisodeResult]:
         """Play every spec once; results in spec order. ``act_kwargs``: extra keywords of ``policy.act`` (GRPO's
         ``per_dim`` / ``executed``)."""
+        if not specs:  # e.g. a rank whose share of too few evaluation episodes is none
+            return []
         act_kwargs = dict(act_kwargs or {})
         n = self.num_envs
         queue = TaskAffinityQueue(specs)
@@ -143,7 +145,7 @@ class EpisodeRunner:
                 for i in range(n):
                     if i not in chosen:
                         task = self.loaded_tasks[i] if self.loaded_tasks[i] is not None else specs[0].task_id
-                        chosen[i] = EpisodeSpec(task_id=task) if specs else EpisodeSpec()
+                        chosen[i] = EpisodeSpec(task_id=task)
             if not chosen:
                 return obs_np
             obs_np = self._reset(chosen, first, obs_np)
