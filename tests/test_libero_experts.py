@@ -19,7 +19,10 @@ pytest.importorskip("libero.libero")
 
 
 def run_expert(env, task_id: int, init_state_id: int) -> tuple[bool, int]:
-    env.reset(seed=0, options={"task_id": task_id, "init_state_id": init_state_id})
+    """LIBERO's evaluation episode ``init_state_id`` of the task: its initial state, and its seed, which places the
+    fixtures (cabinets, stoves). The experts solve 92.6 % of Spatial's episodes, not all: e.g. Spatial task 4 (bowl
+    in the cabinet's drawer) fails from init state 1 with seed 0's cabinet placement and succeeds with seeds 1-4."""
+    env.reset(seed=init_state_id, options={"task_id": task_id, "init_state_id": init_state_id})
     expert = libero_expert(env)
     steps, done, success = 0, False, False
     while not done:
