@@ -15,15 +15,13 @@ replaces the old one; the file is written atomically.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import subprocess
 import sys
-import tempfile
 
 from vla_gym.runtime.cli_args import script_parser
 from vla_gym.trainers.evaluation.stats import wilson_interval
 from vla_gym.trainers.runtime.checkpoint import save_policy_only
+from vla_gym.trainers.runtime.results import git_commit, write_results
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "libero_rl.json"
@@ -58,11 +56,6 @@ def run_budget(run: pathlib.Path) -> tuple[int, float]:
     return int(state["counters"]["num_timesteps"]), round((total + last) / 60.0, 1)
 
 
-def commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
-    return out.stdout.strip() or "unknown"
-
-
 def relative(path: str | None) -> str | None:
     if path is None:
         return None
@@ -72,13 +65,6 @@ def relative(path: str | None) -> str | None:
 
 def load(path: pathlib.Path = RESULTS) -> dict:
     return json.loads(path.read_text()) if path.exists() else {"rows": []}
-
-
-def save(data: dict, path: pathlib.Path = RESULTS) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".partial") as handle:
-        handle.write(json.dumps(data, indent=1) + "\n")
-    os.replace(handle.name, path)
 
 
 def key(row: dict) -> tuple:
@@ -104,13 +90,13 @@ def add(args) -> dict:
         "mode": args.mode,
         "init_states": sorted({init for _, init, _ in sft_played if init is not None}), "episodes": episodes,
         "sft": round(sft, 4), "rl": round(rl, 4), "env_steps": env_steps, "wall_minutes": minutes,
-        "commit": commit(), "sft_checkpoint": relative(sft_checkpoint), "rl_checkpoint": relative(rl_checkpoint),
+        "commit": git_commit(), "sft_checkpoint": relative(sft_checkpoint), "rl_checkpoint": relative(rl_checkpoint),
     }
     path = pathlib.Path(args.out)
     data = load(path)
     data["rows"] = [r for r in data["rows"] if key(r) != key(row)] + [row]
     data["rows"].sort(key=lambda r: tuple(str(part) for part in key(r)))
-    save(data, path)
+    write_results(path, data)
     return row
 
 

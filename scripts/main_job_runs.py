@@ -22,6 +22,7 @@ import tempfile
 import time
 
 from vla_gym.runtime.cli_args import script_parser
+from vla_gym.trainers.runtime.results import git_commit, write_results
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIG = "examples/configs/maniskill_pushcube_ppo.yaml"
@@ -40,11 +41,6 @@ def last_scalar(run: pathlib.Path, key: str) -> tuple[int, float] | None:
     return event.step, event.value
 
 
-def commit() -> str:
-    result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return result.stdout.strip() or "unknown"
-
-
 def run_seed(seed: int, workdir: pathlib.Path, overrides: list[str]) -> dict:
     name = f"main_job_seed{seed}"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "trainers/ppo.py",
@@ -59,7 +55,7 @@ def run_seed(seed: int, workdir: pathlib.Path, overrides: list[str]) -> dict:
     fps = last_scalar(run, "time/total_fps")
     row = {"seed": seed, "final_success": final, "wall_minutes": round(minutes, 2),
            "env_steps_per_s": round(fps[1], 1) if fps else None, "env_steps": fps[0] if fps else None,
-           "commit": commit()}
+           "commit": git_commit()}
     print(json.dumps(row), flush=True)
     return row
 
@@ -75,12 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         workdir = pathlib.Path(args.workdir or scratch)
         rows = [run_seed(seed, workdir, args.overrides) for seed in args.seeds]
     out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     data = {"command": f"torchrun --nproc_per_node=2 trainers/ppo.py --config {CONFIG} seed=S",
             "overrides": args.overrides, "runs": rows}
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(out)
+    write_results(out, data)
     for row in rows:
         print(f"seed {row['seed']}: final success {row['final_success']:.2f}, {row['wall_minutes']:.1f} min, "
               f"{row['env_steps_per_s']} env steps/s")

@@ -20,6 +20,7 @@ import subprocess
 import sys
 
 from vla_gym.runtime.cli_args import script_parser
+from vla_gym.trainers.runtime.results import write_results
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -65,12 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print(f"{row['noise']:>6} std {row['std']:<6g} success {row['success']:.3f} ({row['episodes']} episodes)")
     if args.json:
-        path = pathlib.Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"checkpoint": args.checkpoint, "eval_args": eval_args, "rows": rows}
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        tmp.replace(path)
+        path = write_results(args.json, {"checkpoint": args.checkpoint, "eval_args": eval_args, "rows": rows})
         print(f"wrote {path}")
     return 0
 

@@ -1,0 +1,31 @@
+"""Measured results as data: ``docs/results/*.json`` files written atomically, each row stamped with the commit.
+
+    >>> path = write_results(tmp_path / "x.json", {"runs": [{"seed": 0, "commit": git_commit()}]})  # doctest: +SKIP
+
+Used by the scripts that measure a table (``scripts/libero_rl_table.py``, ``scripts/main_job_runs.py``,
+``scripts/noise_sweep.py``), so a README/docs table and its JSON come from one writer.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+from typing import Any
+
+from vla_gym.trainers.runtime.checkpoint import atomic_write_text
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def git_commit(root: str | os.PathLike = ROOT) -> str:
+    """The short hash of ``root``'s checked-out commit ("unknown" outside a git checkout)."""
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=False)
+    return out.stdout.strip() or "unknown"
+
+
+def write_results(path: str | os.PathLike, data: dict[str, Any]) -> pathlib.Path:
+    """``data`` as indented JSON at ``path`` (parents created), through a temporary file and a rename."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write_text(path, json.dumps(data, indent=1) + "\n")
