@@ -297,3 +297,27 @@ def test_callbacks_see_start_every_update_and_end_and_can_stop_training():
     model.close()
     assert record.events == [("start", 0), ("update", 1), ("update", 2), ("update", 3), ("end", 3)]
     assert plain == [1, 2, 3] and model.num_timesteps == 3 * 16
+
+
+def test_ppo_ratio_level_dim_puts_the_ratio_and_its_kl_per_action_dimension():
+    """ppo.ratio_level=dim: one ratio per action dimension, as GRPO's: the approx_kl that target_kl reads is the
+    per-dimension one, a fraction of the joint KL that the one ratio per action (chunk) would have read."""
+    kwargs = dict(num_envs=2, n_steps=32, batch_size=32, n_epochs=4, learning_rate=3e-3, seed=0)
+    per_dim = PPO("mlp", "Reacher-v5", ratio_level="dim", **kwargs)
+    per_dim.learn(64)
+    metrics = per_dim.last_metrics
+    assert metrics["train/actor/approx_kl"] == pytest.approx(metrics["train/actor/approx_kl_dim"], rel=1e-5)
+    assert metrics["train/actor/approx_kl_dim"] < metrics["train/actor/approx_kl_chunk"]
+    per_chunk = PPO("mlp", "Reacher-v5", **kwargs)
+    per_chunk.learn(64)
+    assert "train/actor/approx_kl_dim" not in per_chunk.last_metrics
+    per_dim.close()
+    per_chunk.close()
+
+
+def test_ppo_exploration_std_replaces_the_policys_std():
+    ppo = PPO("mlp", "Reacher-v5", num_envs=1, n_steps=8, batch_size=8, exploration_std=0.05)
+    assert torch.allclose(ppo.policy.action_head.log_std.exp(), torch.tensor(0.05))
+    ppo.close()
+    with pytest.raises(ValueError, match="ppo.exploration_std=-1"):
+        config_from_dict({"ppo": {"exploration_std": -1}})

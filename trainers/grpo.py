@@ -95,6 +95,7 @@ from vla_gym.trainers.algorithms.group_sampling import (
 from vla_gym.trainers.algorithms.losses import kl_to_reference
 from vla_gym.trainers.algorithms.on_policy import OnPolicyAlgorithm
 from vla_gym.trainers.algorithms.ratio_levels import (
+    PER_DIM_KEYS,
     chunk_view,
     clipped_token_loss,
     executed_mask,
@@ -111,9 +112,6 @@ from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
 from vla_gym.trainers.runtime.checkpoint import load_actor_weights
 from vla_gym.trainers.runtime.envs import env_attr
 
-#: the per-dimension / per-chunk ratio statistics of every minibatch (policies with per-dimension log-probs)
-PER_DIM_KEYS = tuple(f"train/actor/{stat}_{level}" for level in ("dim", "chunk")
-                     for stat in ("approx_kl", "clip_fraction", "ratio_std"))
 #: measured around the update on a probe batch (signal_metrics)
 PROBE_KEYS = ("train/actor/mean_shift_std", "train/actor/std_mean", "train/actor/kl_ref")
 

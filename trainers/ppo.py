@@ -13,26 +13,51 @@ Per update: one rollout of ``n_steps`` vector steps (``env.num_envs`` envs over 
 normalisation per minibatch, gradient clipping and an optional target-KL stop. ``critic_warmup_updates``: the first
 N updates fit only the critic (the actor takes no step), so that a fresh value head on an SFT actor
 (``init_checkpoint``) gives sensible advantages before the actor moves (RL4VLA's PPO for VLAs).
+``exploration_std`` sets the policy's sampling std after ``init_checkpoint``; ``ratio_level`` (``chunk``, ``step`` or
+``dim``) puts the ratio, its clip and approx_kl per action chunk, per env step or per action dimension, as GRPO's
+(:mod:`vla_gym.trainers.algorithms.ratio_levels`): the rollout's per-dimension log-probs are taken once after the
+rollout from the policy that played it, before the update moves it.
 """
 from __future__ import annotations
 
 import sys
 
+import torch
+
 from vla_gym.trainers.algorithms.losses import clipped_policy_loss, explained_variance, value_loss
 from vla_gym.trainers.algorithms.on_policy import OnPolicyAlgorithm
+from vla_gym.trainers.algorithms.ratio_levels import (
+    PER_DIM_KEYS,
+    chunk_view,
+    clipped_token_loss,
+    level_log_probs,
+    per_dim_ratio_stats,
+)
 from vla_gym.trainers.algorithms.schedules import schedule
+from vla_gym.trainers.policies.base import log_prob_options
 from vla_gym.trainers.rollout.buffer import RolloutBuffer
 from vla_gym.trainers.rollout.collector import RolloutCollector
 from vla_gym.trainers.runtime.checkpoint import load_actor_weights
+from vla_gym.trainers.runtime.config import ConfigError
+
+#: rows per forward pass when the rollout's per-dimension log-probs are taken (ratio_level step/dim)
+_OLD_LOG_PROB_ROWS = 1024
 
 
 class PPO(OnPolicyAlgorithm):
     algo = "ppo"
-    extra_train_keys = ("train/critic/value_loss", "train/critic/value_clip_ratio")
+    extra_train_keys = ("train/critic/value_loss", "train/critic/value_clip_ratio", *PER_DIM_KEYS)
 
     def prepare_policy(self) -> None:
         if self.hp.init_checkpoint:  # e.g. an SFT checkpoint: its actor, a fresh critic
             load_actor_weights(self.policy, self.hp.init_checkpoint, "ppo.init_checkpoint", self.device)
+        if self.hp.exploration_std is not None:
+            self.policy.set_exploration(std=self.hp.exploration_std)
+        if self.hp.ratio_level != "chunk" and "per_dim" not in log_prob_options(self.policy):
+            raise ConfigError(
+                f"ppo.ratio_level={self.hp.ratio_level} needs per-dimension log-probs, which "
+                f"{type(self.policy).__name__} does not give (its act/evaluate take no per_dim keyword): set "
+                "ppo.ratio_level=chunk, or give the policy per_dim (trainers/policies/base.py)")
 
     def start_rollouts(self, seeds: list[int]) -> None:
         self.buffer = RolloutBuffer(self.hp.n_steps, self.num_envs, self.device)
@@ -53,16 +78,42 @@ class PPO(OnPolicyAlgorithm):
         metrics["rollout/advantages_max"] = self.dist.max(advantages.max().item() if advantages.numel() else -1e30)
         metrics["rollout/advantages_min"] = self.dist.min(advantages.min().item() if advantages.numel() else 1e30)
         num_minibatches = max(1, buffer.n_steps * self.cfg.env.num_envs // self.hp.batch_size)
+        if self.hp.ratio_level != "chunk":
+            buffer.extras["old_dims"] = self._rollout_dims(buffer)
         return buffer, num_minibatches, metrics
+
+    @torch.no_grad()
+    def _rollout_dims(self, buffer: RolloutBuffer) -> torch.Tensor:
+        """``[n_steps, num_envs, ...]`` per-dimension log-probs of the stored actions under the policy that played
+        them (it has not moved since): the old side of a step- or dim-level ratio."""
+        obs = buffer.obs.flat()
+        parts = []
+        for rows in torch.split(torch.arange(buffer.n_steps * buffer.num_envs), _OLD_LOG_PROB_ROWS):
+            batch = buffer.batch(rows, obs=obs)
+            parts.append(self.policy.evaluate(batch["obs"], batch["actions"], per_dim=True)[0])
+        dims = torch.cat(parts)
+        return dims.reshape(buffer.n_steps, buffer.num_envs, *dims.shape[1:])
 
     def loss(self, batch):
         hp = self.hp
-        log_probs, entropy, values = self.model(batch["obs"], batch["actions"])
+        if hp.ratio_level == "chunk":
+            log_probs, entropy, values = self.model(batch["obs"], batch["actions"])
+        else:
+            new_dims_flat, entropy, values = self.model(batch["obs"], batch["actions"], per_dim=True)
         advantages = batch["advantages"]
         if hp.normalize_advantage and advantages.numel() > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         clip_range = hp.clip_range * schedule(hp.clip_schedule, self.progress)
-        policy_loss, stats = clipped_policy_loss(log_probs, batch["log_probs"], advantages, clip_range)
+        if hp.ratio_level == "chunk":
+            policy_loss, stats = clipped_policy_loss(log_probs, batch["log_probs"], advantages, clip_range)
+        else:
+            steps = self._chunk_steps()
+            new_dims = chunk_view(new_dims_flat, steps)
+            old_dims = chunk_view(batch["old_dims"], steps)
+            new, _ = level_log_probs(new_dims, hp.ratio_level)
+            old, _ = level_log_probs(old_dims, hp.ratio_level)
+            policy_loss, stats = clipped_token_loss(new, old, advantages, clip_range, clip_range)
+            stats.update(per_dim_ratio_stats(new_dims, old_dims, None, clip_range, clip_range))
         critic_loss, critic_stats = value_loss(values, batch["values"], batch["returns"], hp.clip_range_vf)
         entropy_mean = entropy.mean()
         if self.num_updates < hp.critic_warmup_updates:
@@ -79,6 +130,11 @@ class PPO(OnPolicyAlgorithm):
             "train/entropy_loss": entropy_mean.item(),
         })
         return loss, stats
+
+    def _chunk_steps(self) -> int:
+        """K, the env steps of one action (1 for a flat action)."""
+        shape = self.policy.action_space.shape
+        return int(shape[0]) if len(shape) == 2 else 1
 
     def post_update_metrics(self, buffer: RolloutBuffer) -> dict[str, float]:
         valid = buffer.valid

@@ -23,6 +23,9 @@ from __future__ import annotations
 import torch
 
 RATIO_LEVELS = ("chunk", "step", "dim")
+#: the keys of :func:`per_dim_ratio_stats`: per-dimension and per-chunk ratio statistics of a minibatch
+PER_DIM_KEYS = tuple(f"train/actor/{stat}_{level}" for level in ("dim", "chunk")
+                     for stat in ("approx_kl", "clip_fraction", "ratio_std"))
 
 
 def chunk_view(per_dim: torch.Tensor, steps: int) -> torch.Tensor:

@@ -78,6 +78,18 @@ class PPOConfig:
     init_checkpoint: str | None = None
     #: the first N updates train the critic only (the actor takes no step): a fresh value head on an SFT actor
     critic_warmup_updates: int = 0
+    #: sample with this std in every action dimension from the start (after ``init_checkpoint``); null: the policy's
+    exploration_std: float | None = None
+    #: where the probability ratio lives, as GRPO's ``ratio_level``: chunk (one per action), step (per env step of a
+    #: chunk) or dim (per action dimension; clip and approx_kl/target_kl per dimension). step and dim need a policy
+    #: with per-dimension log-probs (``per_dim``, trainers/policies/base.py)
+    ratio_level: Literal["chunk", "step", "dim"] = "chunk"
+
+    def __post_init__(self):
+        if self.exploration_std is not None and not self.exploration_std > 0:
+            raise ConfigError(f"ppo.exploration_std={self.exploration_std}: must be positive")
+        if self.critic_warmup_updates < 0:
+            raise ConfigError(f"ppo.critic_warmup_updates={self.critic_warmup_updates}: must be 0 (off) or positive")
 
 
 @dataclass
