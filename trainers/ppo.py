@@ -66,6 +66,7 @@ class PPO(OnPolicyAlgorithm):
         self.collector.reset(seeds)
 
     def collect_rollouts(self):
+        self.buffer.extras.pop("old_dims", None)  # the last update's (ratio_level step/dim), not a rollout's field
         stats = self.collector.collect()
         buffer = self.buffer
         self.num_timesteps += buffer.n_steps * self.num_envs * self.dist.world_size
