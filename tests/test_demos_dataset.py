@@ -208,6 +208,9 @@ def test_maniskill_demos_cli_parallel_and_resumed_after_a_kill(tmp_path):
     summary = json.loads((out / "meta" / "vla_gym_demos.json").read_text())
     assert summary["resumed_with"] >= len(staged) and summary["attempts"] == 3
     assert not (out / ".staging").exists() and "PushCube" in second.stdout
+    assert summary["receipt"]["env"]["id"] == "VLA/ManiSkill-PushCube-v0" and summary["receipt"]["versions"]["sapien"]
+    assert [(p["seed"], p["success"]) for p in summary["played"]][:1] == [(0, summary["played"][0]["success"])]
+    assert len(summary["played"]) == 3
 
     data = DemoDataset(out)
     assert data.num_episodes == summary["solved"] >= 2 and len(data) == summary["frames"]

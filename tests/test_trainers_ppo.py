@@ -103,6 +103,8 @@ def test_sigkilled_run_resumes_from_its_last_checkpoint(tmp_path):
     result = run_script(*args[:5], f"total_timesteps={target}", *args[6:])
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"resumed from {last} at update {done_updates}, {done_steps} env steps" in result.stdout
+    receipts = sorted(p.name for p in (tmp_path / "killed").glob("receipt*.json"))
+    assert receipts == ["receipt-1.json", "receipt.json"]  # the start's and the resume's
     final = load_checkpoint(max(checkpoints.glob("ckpt_*.pt")))
     assert final["counters"] == {"num_updates": done_updates + 4, "num_timesteps": target}
     assert final["optimizer"]["state"]  # Adam moments came back and went on

@@ -15,10 +15,17 @@ that many episodes at a time. Writes ``eval.md`` (Markdown table), ``eval.json``
 ``--out`` (default: ``<run dir>/eval-<checkpoint name>``) and prints the table. ``--ood`` evaluates the same
 episodes in distribution and under each perturbation (:mod:`vla_gym.trainers.evaluation.ood`): ``ood.md``, ``ood.json``
 and one report directory per row (one video each unless ``--video-episodes`` says otherwise).
+
+Every ``eval.json`` carries a receipt (:mod:`vla_gym.runtime.receipt`: package versions, the vla_gym commit, the
+env id, keyword arguments, wrappers and cameras, the checkpoint's SHA-256), the settings and every episode played
+(task, init state, seed, outcome, the instruction the policy read). ``--replay A/eval.json`` plays the same
+episodes with the same checkpoint, env and settings again, writes the new report to ``--out`` (default
+``A/replay``) and prints what changed: package versions and each episode whose outcome differs (exit 1 if any).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import sys
 
@@ -29,10 +36,12 @@ from vla_gym.runtime.cli_args import (
     init_state_range,
     parser_with_examples,
 )
+from vla_gym.runtime.receipt import camera_contract, receipt
 from vla_gym.trainers.evaluation.ood import libero_pro_rows, observes_images, ood_markdown, parse_rows, run_ood
+from vla_gym.trainers.evaluation.replay import ReplayError, ReplayPlan, load_replay, replay_differences
 from vla_gym.trainers.evaluation.report import markdown_table, write_report
 from vla_gym.trainers.policies.distributions import NOISE_SHAPES
-from vla_gym.trainers.rollout.episode_plan import suite_specs
+from vla_gym.trainers.rollout.episode_plan import EpisodeSpec, suite_specs
 from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
 from vla_gym.trainers.runtime.checkpoint import CheckpointError, load_checkpoint, load_policy
 from vla_gym.trainers.runtime.config import ConfigError, config_from_dict
@@ -46,8 +55,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "python trainers/eval.py --checkpoint runs/libero_small_sft/final.pt --init-states 40-49 --out runs/eval_sft",
         "python trainers/eval.py --checkpoint runs/libero_small_sft/final.pt --tasks 0-3 --init-states 0-9 --stochastic",
         "torchrun --nproc_per_node=2 trainers/eval.py --checkpoint CKPT --ood lighting,paraphrase --init-states 40-42",
+        "python trainers/eval.py --replay runs/eval_sft/eval.json           # same episodes again: what differs?",
     ])
-    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--checkpoint", help="the checkpoint to evaluate (with --replay: the report's by default)")
+    parser.add_argument("--replay", metavar="EVAL_JSON",
+                        help="play the episodes of this report again (its env, settings and checkpoint) and print "
+                             "the episodes whose outcome differs")
     parser.add_argument("--out", help="report directory (default: <run dir>/eval-<checkpoint name>)")
     parser.add_argument("--num-envs", type=int, default=1, help="envs per process")
     parser.add_argument("--episodes-per-task", type=int, default=None,
@@ -82,6 +95,25 @@ def default_report_dir(checkpoint: pathlib.Path) -> pathlib.Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    plan = None
+    if args.replay:
+        try:
+            plan = load_replay(args.replay)
+        except ReplayError as exc:
+            print(f"--replay: {exc}", file=sys.stderr)
+            return 2
+        if args.ood is not None or args.stochastic or args.std is not None or args.noise is not None:
+            print("--replay plays the report's own episodes and settings: drop --ood/--stochastic/--std/--noise",
+                  file=sys.stderr)
+            return 2
+        settings = plan.settings
+        args.checkpoint = args.checkpoint or plan.checkpoint
+        args.stochastic = not settings.get("deterministic", True)
+        args.std, args.noise = settings.get("std"), settings.get("noise")
+        args.out = args.out or str(pathlib.Path(args.replay).parent / "replay")
+    if not args.checkpoint:
+        print("trainers/eval.py: pass --checkpoint CKPT (or --replay EVAL_JSON)", file=sys.stderr)
+        return 2
     if (args.std is not None or args.noise is not None) and not args.stochastic:
         print("trainers/eval.py: --std and --noise set how actions are sampled: add --stochastic", file=sys.stderr)
         return 2
@@ -119,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     video_episodes = args.video_episodes if args.video_episodes is not None else (1 if rows else 0)
     kwargs = dict(cfg.eval.env_kwargs)
+    if plan is not None:  # the report's env exactly: its kwargs already hold eval.env_kwargs
+        cfg.env.id, cfg.env.kwargs, kwargs = plan.env_id, plan.env_kwargs, {}
+        if plan.env_wrappers is not None:
+            cfg.env.wrappers = plan.env_wrappers
     if video_episodes:  # e.g. cameras for a state-only env; the policy reads what it was trained on
         kwargs.update(cfg.eval.video_env_kwargs)
     out = pathlib.Path(args.out) if args.out else default_report_dir(pathlib.Path(args.checkpoint))
@@ -128,14 +164,18 @@ def main(argv: list[str] | None = None) -> int:
             policy.set_exploration(args.std, args.noise)
 
         def evaluate(env_cfg, directory: pathlib.Path, header: str):
-            return evaluate_episodes(env_cfg, kwargs, policy, args, video_episodes, dist, directory, header)
+            return evaluate_episodes(env_cfg, kwargs, policy, args, video_episodes, dist, directory, header,
+                                     specs=None if plan is None else plan.specs)
 
+        if plan is not None:
+            return replay_outcome(plan, evaluate(cfg.env, out, f"# replay of {args.replay}: {args.checkpoint}"), out)
         if rows is None:
             evaluate(cfg.env, out, f"# {cfg.env.id}: {args.checkpoint}")
         else:
             sees_images = observes_images({**cfg.env.kwargs, **cfg.eval.env_kwargs})
             report = run_ood(evaluate, cfg.env, rows, out, f"{cfg.env.id}: {args.checkpoint}", sees_images,
-                             settings=report_settings(args, dist.world_size), dist=dist)
+                             settings=report_settings(args, dist.world_size), dist=dist,
+                             receipt=receipt(cfg.env.id, checkpoint=args.checkpoint) if dist.is_main else None)
             if report is not None:
                 print(ood_markdown(report), end="")
                 print(f"OOD report: {out / 'ood.md'}, {out / 'ood.json'}")
@@ -155,15 +195,33 @@ def report_settings(args: argparse.Namespace, world_size: int) -> dict:
             "std": args.std, "noise": args.noise, "processes": world_size}
 
 
+def replay_outcome(plan: ReplayPlan, summary: dict | None, out: pathlib.Path) -> int:
+    """Print what differs between the replayed report and the new one in ``out`` (main rank: ``summary`` is not
+    None); 1 if an outcome differs."""
+    if summary is None:
+        return 0
+    with open(out / "eval.json") as handle:
+        new = json.load(handle)
+    lines = replay_differences(plan, new["receipt"], new["episodes"])
+    outcomes = [line for line in lines if line.startswith("episode ")]
+    for line in lines:
+        print(line)
+    print(f"replay: {len(plan.episodes) - len(outcomes)} of {len(plan.episodes)} episodes as reported"
+          f"{'' if outcomes else ' (all)'}; new report {out / 'eval.json'}")
+    return 1 if outcomes else 0
+
+
 def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, video_episodes: int,
-                      dist: Distributed, out: pathlib.Path, header: str) -> dict | None:
-    """Play the chosen episodes in ``env_cfg``'s envs and write ``eval.md``, ``eval.json`` and videos to ``out``;
-    returns the summary on the main rank (None elsewhere)."""
+                      dist: Distributed, out: pathlib.Path, header: str,
+                      specs: list[EpisodeSpec] | None = None) -> dict | None:
+    """Play the chosen episodes (``specs``, or the suite's tasks x init states that ``args`` select) in
+    ``env_cfg``'s envs and write ``eval.md``, ``eval.json`` (with the receipt) and videos to ``out``; returns the
+    summary on the main rank (None elsewhere)."""
     envs = make_envs(env_cfg, args.num_envs, kwargs=kwargs)
     try:
-        task_ids = args.tasks
-        specs = suite_specs(envs, args.episodes_per_task, task_ids, seed=args.seed,
-                            first_init_state=args.first_init_state)
+        if specs is None:
+            specs = suite_specs(envs, args.episodes_per_task, args.tasks, seed=args.seed,
+                                first_init_state=args.first_init_state)
         mine = specs[dist.rank::dist.world_size]
         video_dir = out / "videos" if dist.is_main and video_episodes else None
         results = EpisodeRunner(envs, policy).run(mine, deterministic=not args.stochastic, video_dir=video_dir,
@@ -171,7 +229,14 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
         gathered = [r for part in dist.gather_objects(results) for r in part]
         if not dist.is_main:
             return None
-        summary = write_report(gathered, out, header=f"{header} ({len(gathered)} episodes)")
+        env_kwargs = {**env_cfg.kwargs, **kwargs}
+        stamp = receipt(env_cfg.id, env_kwargs, args.checkpoint, camera_contract(envs.single_observation_space,
+                                                                                 env_kwargs))
+        stamp["env"]["wrappers"] = env_cfg.wrappers
+        settings = {"checkpoint": str(args.checkpoint), "deterministic": not args.stochastic, "std": args.std,
+                    "noise": args.noise, "seed": args.seed, "num_envs": args.num_envs, "processes": dist.world_size}
+        summary = write_report(gathered, out, header=f"{header} ({len(gathered)} episodes)", receipt=stamp,
+                               settings=settings)
         print(markdown_table(summary), end="")
         print(f"report: {out / 'eval.md'}, {out / 'eval.json'}")
         for result in results:

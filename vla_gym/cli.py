@@ -6,11 +6,13 @@
     vla-gym check                 # are the rendering system packages there?
     vla-gym demos VLA/LiberoObject-v0 --init-states 0-19 --out data/x --workers 2     # expert demos (LeRobot v3)
     vla-gym compare runs/eval_sft/eval.json runs/eval_grpo/eval.json    # paired difference, bootstrap CI, McNemar
+    vla-gym canary --quick        # physics canary: replay recorded expert actions, compare with the fingerprints
 """
 from __future__ import annotations
 
 import sys
 
+from vla_gym import canary
 from vla_gym.core.registry import ENTRIES
 from vla_gym.data import record as record_demos
 from vla_gym.runtime import system
@@ -117,9 +119,10 @@ def list_pro(out=sys.stdout) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = parser_with_examples(
-        "vla-gym", "The vla-gym command: list env ids, check the machine, record demos, compare evaluations.", [
+        "vla-gym", "The vla-gym command: list env ids, check the machine, record demos, compare evaluations, run the "
+        "physics canary.", [
             "vla-gym list --backend libero", "vla-gym list --pro", "vla-gym check", *record_demos.EXAMPLES[:1],
-            compare_reports.EXAMPLES[0]])
+            compare_reports.EXAMPLES[0], canary.EXAMPLES[0]])
     sub = parser.add_subparsers(dest="command", required=True)
     list_parser = sub.add_parser("list", help="list registered env ids")
     parser_with_examples(None, "List the registered VLA/... ids: backend, tasks, runnable here.",
@@ -131,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     record_demos.add_arguments(sub.add_parser("demos", help="record scripted-expert episodes as a LeRobot v3 dataset"))
     compare_reports.add_arguments(sub.add_parser(
         "compare", help="compare two eval.json (or ood.json) reports episode by episode: paired CI, McNemar p"))
+    canary.add_arguments(sub.add_parser(
+        "canary", help="replay recorded expert actions and compare trajectories and success with the fingerprints"))
     args = parser.parse_args(argv)
+    if args.command == "canary":
+        return canary.main(args)
     if args.command == "compare":
         return compare_reports.main(args)
     if args.command == "demos":

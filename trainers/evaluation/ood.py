@@ -126,7 +126,8 @@ ROW_MARKER = "ood_row.json"
 
 
 def run_ood(evaluate: Evaluate, env_cfg, rows: Sequence[Row], out: pathlib.Path, title: str,
-            sees_images: bool, settings: dict | None = None, dist: Distributed | None = None) -> dict | None:
+            sees_images: bool, settings: dict | None = None, dist: Distributed | None = None,
+            receipt: dict | None = None) -> dict | None:
     """Evaluate in distribution and each row, then write ``ood.md`` / ``ood.json``; returns the report (rank 0).
 
     A row finished by an earlier run into the same ``out`` with the same ``settings`` (checkpoint, episodes,
@@ -159,6 +160,8 @@ def run_ood(evaluate: Evaluate, env_cfg, rows: Sequence[Row], out: pathlib.Path,
     if not main:
         return None
     report = ood_report(summaries, title, [row.kind for row in skipped])
+    if receipt is not None:  # the software and checkpoint; each row's eval.json has its env and episodes
+        report = {"receipt": receipt, **report}
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "ood.json", json.dumps(report, indent=2))
     atomic_write_text(out / "ood.md", ood_markdown(report))

@@ -77,12 +77,18 @@ def success_interval(stats: dict[str, Any]) -> tuple[float, float] | None:
     return None if counts is None else wilson_interval(*counts)
 
 
-def write_report(results: Sequence[EpisodeResult], directory: str | os.PathLike, header: str = "") -> dict[str, Any]:
-    """Write ``eval.md`` (per-task table) and ``eval.json`` (summary + every episode); returns the summary."""
+def write_report(results: Sequence[EpisodeResult], directory: str | os.PathLike, header: str = "",
+                 receipt: dict[str, Any] | None = None, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write ``eval.md`` (per-task table) and ``eval.json`` (summary + every episode played: its spec, outcome and
+    instruction; with the ``receipt`` (:mod:`vla_gym.runtime.receipt`) and the evaluation ``settings`` that
+    ``trainers/eval.py --replay`` plays again); returns the summary."""
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     summary = summarize(results)
     played = [dict(asdict(r), spec=asdict(r.spec)) for r in results]
-    atomic_write_text(directory / "eval.json", json.dumps({"summary": summary, "episodes": played}, indent=2))
+    report = {"summary": summary, "episodes": played}
+    if receipt is not None:
+        report = {"receipt": receipt, "settings": settings or {}, **report}
+    atomic_write_text(directory / "eval.json", json.dumps(report, indent=2))
     atomic_write_text(directory / "eval.md", (f"{header}\n\n" if header else "") + markdown_table(summary))
     return summary

@@ -38,11 +38,13 @@ class EpisodeSpec:
 @dataclass(frozen=True)
 class EpisodeResult(Episode):
     """A played :class:`EpisodeSpec`: the :class:`~vla_gym.core.episodes.Episode` (``success`` None: the env does not
-    report ``info["success"]``), the spec's position ``index`` in the list given to ``run`` and its video."""
+    report ``info["success"]``), the spec's position ``index`` in the list given to ``run``, its video and the
+    instruction its policy read (None: the observation has none)."""
 
     index: int = -1
     spec: EpisodeSpec = EpisodeSpec()
     video: str | None = None
+    instruction: str | None = None
 
 
 def suite_specs(

@@ -132,6 +132,7 @@ class EpisodeRunner:
         counter = EpisodeCounter(n, self.mode)
         frames: dict[int, list[np.ndarray]] = {}
         results: dict[int, EpisodeResult] = {}
+        instructions: dict[int, str | None] = {}  # what each episode's policy read, for the report
         record_video = video_dir is not None and video_episodes > 0
 
         def assign(envs_free: Sequence[int], first: bool, obs_np: Any) -> Any:
@@ -150,6 +151,9 @@ class EpisodeRunner:
                 return obs_np
             obs_np = self._reset(chosen, first, obs_np)
             counter.restart(chosen)
+            for i in chosen:
+                if job[i] >= 0:
+                    instructions[int(job[i])] = _instruction(_row(obs_np, i))
             for i in chosen:
                 if record_video and 0 <= job[i] < video_episodes:
                     frames[job[i]] = [self._frame(_row(obs_np, i), i, 0, 0.0, 0.0, False)]
@@ -198,7 +202,7 @@ class EpisodeRunner:
                                                       float(counter.returns[i]), bool(counter.success[i])))
                 if i in ended:
                     results[int(job[i])] = self._result(ended[i], int(job[i]), specs[job[i]], frames.pop(job[i], None),
-                                                        video_dir, video_prefix)
+                                                        video_dir, video_prefix, instructions.pop(int(job[i])))
                     queue.done(specs[job[i]].task_id)
                     job[i] = -1
                     freed.append(i)
@@ -213,12 +217,12 @@ class EpisodeRunner:
         return [results[k] for k in sorted(results)]
 
     def _result(self, episode: Episode, index: int, spec: EpisodeSpec, frames: list[np.ndarray] | None,
-                video_dir: str | os.PathLike | None, video_prefix: str) -> EpisodeResult:
+                video_dir: str | os.PathLike | None, video_prefix: str, instruction: str | None = None) -> EpisodeResult:
         task_id = episode.task_id if episode.task_id is not None else spec.task_id
         video = _write_video(frames, video_dir, f"{video_prefix}-{index:04d}", self._fps()) if frames else None
         return EpisodeResult(**dict(asdict(episode), task_id=task_id,
                                     task_name=episode.task_name or self.task_names.get(task_id, "")),
-                             index=index, spec=spec, video=video)
+                             index=index, spec=spec, video=video, instruction=instruction)
 
     # ----------------------------------------------------------------------------------------- video
     def _frame(self, one: Any, i: int, step: int, reward: float, episode_return: float, success: bool):
@@ -233,6 +237,13 @@ class EpisodeRunner:
 
     def _fps(self) -> float:
         return float(self.envs.metadata.get("render_fps") or env_attr(self.envs, "metadata", {}).get("render_fps") or 20)
+
+
+def _instruction(one: Any) -> str | None:
+    """The instruction in one env's observation (None: the observation has none)."""
+    if isinstance(one, dict) and "instruction" in one:
+        return str(one["instruction"])
+    return None
 
 
 def _row(obs: Any, i: int) -> Any:

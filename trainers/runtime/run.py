@@ -1,5 +1,6 @@
 """``TrainingRun``: where a training job writes and when: the run directory with ``config.yaml``, resume,
-the logger (TensorBoard / W&B / progress bar), the checkpoint cadence and the wall-clock budget.
+the logger (TensorBoard / W&B / progress bar), the checkpoint cadence and the wall-clock budget. The run
+directory also gets ``receipt.json`` (:mod:`vla_gym.runtime.receipt`: versions, commit, env), one more per resume.
 
     run = TrainingRun(cfg, dist, path=cfg.path)    # path=None (the Python API's default): no files written
     run.start_clock()
@@ -18,13 +19,15 @@ the collective methods (``open``, ``out_of_time``) at the same point.
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 import time
 from typing import Any
 
 import torch
 
-from vla_gym.trainers.runtime.checkpoint import Checkpointer, load_checkpoint
+from vla_gym.runtime.receipt import receipt
+from vla_gym.trainers.runtime.checkpoint import Checkpointer, atomic_write_text, load_checkpoint
 from vla_gym.trainers.runtime.config import Config, save_config
 from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.logger import RunLogger
@@ -62,11 +65,22 @@ class TrainingRun:
         if self.dist.is_main:
             self.path.mkdir(parents=True, exist_ok=True)
             save_config(self.cfg, self.path / "config.yaml")
+            self._write_receipt()
         found = self._choose_checkpoint(map_location) if self.dist.is_main else None
         path = self.dist.broadcast_object(str(found[0]) if found else None)
         if path is None:
             return None
         return found if found else (pathlib.Path(path), load_checkpoint(path, map_location=map_location))
+
+    def _write_receipt(self) -> None:
+        """``receipt.json`` (:mod:`vla_gym.runtime.receipt`) for the run's start; a resumed run adds
+        ``receipt-<n>.json`` beside the first, so a run that changed machines or versions shows it."""
+        stamp = receipt(self.cfg.env.id, self.cfg.env.kwargs, checkpoint=None)
+        stamp["env"]["wrappers"] = self.cfg.env.wrappers
+        path, n = self.path / "receipt.json", 1
+        while path.exists():
+            path, n = self.path / f"receipt-{n}.json", n + 1
+        atomic_write_text(path, json.dumps(stamp, indent=1))
 
     def _choose_checkpoint(self, map_location) -> tuple[pathlib.Path, dict[str, Any]] | None:
         choice = self.cfg.checkpoint.resume

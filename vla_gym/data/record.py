@@ -45,6 +45,7 @@ from vla_gym.runtime.cli_args import (
     init_state_range,
     parser_with_examples,
 )
+from vla_gym.runtime.receipt import receipt
 from vla_gym.tasks.libero import suite_tasks
 from vla_gym.tasks.libero_pro import benchmark_name
 from vla_gym.tasks.maniskill import task_specs
@@ -243,9 +244,12 @@ def _finish(out: pathlib.Path, staging: pathlib.Path, spec: dict, jobs: list[Dem
         row = per_task.setdefault(tasks[job.task_id].name, {"task_id": job.task_id, "attempts": 0, "solved": 0})
         row["attempts"] += 1
         row["solved"] += int(markers[job.index]["success"])
+    played = [{"task_id": job.task_id, "init_state_id": job.init_state_id, "seed": job.seed,
+               "success": bool(markers[job.index]["success"]), "kept": job in kept} for job in jobs]
     summary = {"spec": spec, "episodes": info["total_episodes"], "frames": info["total_frames"],
                "attempts": len(jobs), "solved": sum(r["solved"] for r in per_task.values()),
-               "resumed_with": resumed, "tasks": per_task}
+               "resumed_with": resumed, "tasks": per_task, "played": played,
+               "receipt": receipt(env_id, spec["env_kwargs"])}
     _write_json(out / SUMMARY_PATH, summary)
     shutil.rmtree(staging)
     return summary
