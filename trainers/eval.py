@@ -45,6 +45,7 @@ from vla_gym.trainers.rollout.episode_plan import EpisodeSpec, suite_specs
 from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
 from vla_gym.trainers.runtime.checkpoint import CheckpointError, load_checkpoint, load_policy
 from vla_gym.trainers.runtime.config import ConfigError, config_from_dict
+from vla_gym.trainers.runtime.contract import ContractError, check_contract, checkpoint_contract, env_contract
 from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.envs import make_envs
 
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def evaluate(env_cfg, directory: pathlib.Path, header: str):
             return evaluate_episodes(env_cfg, kwargs, policy, args, video_episodes, dist, directory, header,
-                                     specs=None if plan is None else plan.specs)
+                                     specs=None if plan is None else plan.specs, contract=checkpoint_contract(state))
 
         if plan is not None:
             return replay_outcome(plan, evaluate(cfg.env, out, f"# replay of {args.replay}: {args.checkpoint}"), out)
@@ -179,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
             if report is not None:
                 print(ood_markdown(report), end="")
                 print(f"OOD report: {out / 'ood.md'}, {out / 'ood.json'}")
+    except ContractError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     finally:
         dist.close()
     return 0
@@ -213,12 +217,15 @@ def replay_outcome(plan: ReplayPlan, summary: dict | None, out: pathlib.Path) ->
 
 def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, video_episodes: int,
                       dist: Distributed, out: pathlib.Path, header: str,
-                      specs: list[EpisodeSpec] | None = None) -> dict | None:
+                      specs: list[EpisodeSpec] | None = None, contract: dict | None = None) -> dict | None:
     """Play the chosen episodes (``specs``, or the suite's tasks x init states that ``args`` select) in
     ``env_cfg``'s envs and write ``eval.md``, ``eval.json`` (with the receipt) and videos to ``out``; returns the
-    summary on the main rank (None elsewhere)."""
+    summary on the main rank (None elsewhere). ``contract``: the checkpoint's, checked against the env first
+    (:class:`~vla_gym.trainers.runtime.contract.ContractError` naming the fix)."""
     envs = make_envs(env_cfg, args.num_envs, kwargs=kwargs)
     try:
+        if contract is not None:
+            check_contract(contract, env_contract(envs), "trainers/eval.py")
         if specs is None:
             specs = suite_specs(envs, args.episodes_per_task, args.tasks, seed=args.seed,
                                 first_init_state=args.first_init_state)

@@ -153,7 +153,8 @@ class GRPO(OnPolicyAlgorithm):
     def prepare_policy(self) -> None:
         hp = self.hp
         if hp.init_checkpoint:
-            dropped = load_actor_weights(self.policy, hp.init_checkpoint, "grpo.init_checkpoint", self.device)
+            dropped = load_actor_weights(self.policy, hp.init_checkpoint, "grpo.init_checkpoint", self.device,
+                                         self.contract)
             if dropped and self.dist.is_main:
                 print(f"grpo.init_checkpoint: loaded actor weights, dropped {len(dropped)} critic tensors", flush=True)
         if hp.exploration_std is not None:

@@ -50,7 +50,8 @@ class PPO(OnPolicyAlgorithm):
 
     def prepare_policy(self) -> None:
         if self.hp.init_checkpoint:  # e.g. an SFT checkpoint: its actor, a fresh critic
-            load_actor_weights(self.policy, self.hp.init_checkpoint, "ppo.init_checkpoint", self.device)
+            load_actor_weights(self.policy, self.hp.init_checkpoint, "ppo.init_checkpoint", self.device,
+                                         self.contract)
         if self.hp.exploration_std is not None:
             self.policy.set_exploration(std=self.hp.exploration_std)
         if self.hp.ratio_level != "chunk" and "per_dim" not in log_prob_options(self.policy):

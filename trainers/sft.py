@@ -50,6 +50,7 @@ from vla_gym.trainers.rollout.batch import to_torch
 from vla_gym.trainers.runtime.callbacks import Callback, CallbackList, as_callback, default_callbacks
 from vla_gym.trainers.runtime.checkpoint import rng_state, set_rng_state
 from vla_gym.trainers.runtime.config import Config
+from vla_gym.trainers.runtime.contract import check_contract, checkpoint_contract, env_contract
 from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.envs import make_envs
 from vla_gym.trainers.runtime.run import TrainingRun
@@ -116,6 +117,7 @@ class SFT:
         self.data = DemoDataset(self.hp.dataset)
         probe = make_envs(cfg.env, 1)
         observation_space, action_space = probe.single_observation_space, probe.single_action_space
+        self.contract = env_contract(probe)
         probe.close()
         self.layout = check_dataset_fits(self.data, observation_space, action_space)
         torch.manual_seed(cfg.seed)  # the same initial parameters on every rank
@@ -236,7 +238,7 @@ class SFT:
             "optimizer": self.optimizer.state_dict(),
             "counters": {"num_timesteps": 0, "num_updates": self.num_updates, "frames_seen": self.frames_seen},
             "observation_space": self.policy.observation_space, "action_space": self.policy.action_space,
-            "policy_name": self.cfg.policy.name, "policy_kwargs": dict(self.cfg.policy.kwargs),
+            "contract": self.contract, "policy_name": self.cfg.policy.name, "policy_kwargs": dict(self.cfg.policy.kwargs),
             "rng": rng, "extra": {"dataset": str(self.data.root), "last_loss": self.last_metrics.get("train/loss")},
         }
 
@@ -244,6 +246,7 @@ class SFT:
         if state.get("algo") != self.algo:
             raise ValueError(f"checkpoint.resume: a {str(state.get('algo')).upper()} checkpoint cannot resume SFT; "
                              "to start SFT from its weights, load them into policy.kwargs (or set checkpoint.resume=null)")
+        check_contract(checkpoint_contract(state), self.contract, "checkpoint.resume")
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.num_updates = state["counters"]["num_updates"]

@@ -39,6 +39,13 @@ from vla_gym.trainers.rollout.buffer import RolloutBuffer
 from vla_gym.trainers.rollout.pipeline import PipelineError, check_stages
 from vla_gym.trainers.runtime.callbacks import Callback, CallbackList, as_callback, default_callbacks
 from vla_gym.trainers.runtime.checkpoint import rng_state, set_rng_state
+from vla_gym.trainers.runtime.contract import (
+    ContractError,
+    check_contract,
+    checkpoint_contract,
+    contract_of,
+    env_contract,
+)
 from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.envs import make_envs
 from vla_gym.trainers.runtime.run import TrainingRun
@@ -58,7 +65,7 @@ class OnPolicyAlgorithm(SB3Interface):
     #: loss stats a subclass adds to TRAIN_KEYS
     extra_train_keys: tuple[str, ...] = ()
     #: set-up errors whose message names the fix: the command line prints them without a traceback (exit 2)
-    setup_errors: tuple[type[Exception], ...] = (PipelineError,)
+    setup_errors: tuple[type[Exception], ...] = (PipelineError, ContractError)
 
     def _setup(self, cfg, dist, policy, envs, observation_space, action_space, write_run) -> None:
         """Policy, optimizer, counters and seeds (every constructor ends here)."""
@@ -83,6 +90,9 @@ class OnPolicyAlgorithm(SB3Interface):
         if self.envs is not None:  # fail before the run starts, not at the first rollout
             check_stages(self.envs, cfg.rollout.pipeline_stages)
         self.policy = policy.to(self.device)
+        #: the observation/action contract checkpoints record and init_checkpoint / resume check
+        self.contract = (env_contract(self.envs) if self.envs is not None else
+                         contract_of(self.policy.observation_space, self.policy.action_space))
         self.prepare_policy()
         self.model = self.dist.wrap(self.policy, find_unused_parameters=self._find_unused_parameters(),
                                     strategy=cfg.distributed.strategy)
@@ -270,6 +280,7 @@ class OnPolicyAlgorithm(SB3Interface):
             "counters": {"num_timesteps": self.num_timesteps, "num_updates": self.num_updates},
             "observation_space": self.policy.observation_space,
             "action_space": self.policy.action_space,
+            "contract": self.contract,
             # how to rebuild the policy (None when it was passed in as an instance)
             "policy_name": self.cfg.policy.name if self._policy_from_config else None,
             "policy_kwargs": self._policy_kwargs() if self._policy_from_config else None,
@@ -278,7 +289,9 @@ class OnPolicyAlgorithm(SB3Interface):
         }
 
     def load_state(self, state: dict[str, Any], restore_rng: bool = False) -> None:
-        """Restore policy, optimizer, counters (and this rank's RNG states) from a checkpoint dict."""
+        """Restore policy, optimizer, counters (and this rank's RNG states) from a checkpoint dict (whose contract
+        must match this run's env: :class:`~vla_gym.trainers.runtime.contract.ContractError` otherwise)."""
+        check_contract(checkpoint_contract(state), self.contract, "checkpoint.resume")
         self.dist.load_full_state_dict(self.policy, state["policy"])
         self.dist.load_full_optimizer_state_dict(self.policy, self.optimizer, state["optimizer"])
         self.num_timesteps = state["counters"]["num_timesteps"]

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from vla_gym.trainers.policies import make_policy
+from vla_gym.trainers.runtime.contract import check_contract, checkpoint_contract
 
 PATTERN = re.compile(r"^ckpt_(\d+)\.pt$")
 #: what torch.load raises on a truncated or corrupted file
@@ -95,7 +96,8 @@ def atomic_save(state: dict[str, Any], path: str | os.PathLike) -> pathlib.Path:
 
 
 #: what a checkpoint needs to be evaluated and to start another run (no optimizer, RNG states or extras)
-POLICY_KEYS = ("algo", "config", "policy", "observation_space", "action_space", "policy_name", "policy_kwargs")
+POLICY_KEYS = ("algo", "config", "policy", "observation_space", "action_space", "policy_name", "policy_kwargs",
+               "contract")
 
 
 def save_policy_only(checkpoint: str | os.PathLike, path: str | os.PathLike) -> pathlib.Path:
@@ -162,14 +164,20 @@ def load_policy(checkpoint: str | os.PathLike | dict[str, Any], device: str | to
 CRITIC_PREFIXES = ("vf_net.", "value_head.")
 
 
-def load_actor_weights(policy, path: str | os.PathLike, setting: str, device: str | torch.device = "cpu") -> list[str]:
+def load_actor_weights(policy, path: str | os.PathLike, setting: str, device: str | torch.device = "cpu",
+                       contract: dict | None = None) -> list[str]:
     """Start ``policy`` from the actor of a PPO, GRPO or SFT checkpoint; returns the checkpoint's dropped tensors.
 
-    Every actor tensor of ``policy`` must be in the checkpoint, else the error names ``setting`` (the config key,
-    e.g. ``grpo.init_checkpoint``). A critic in the checkpoint that ``policy`` lacks is dropped (GRPO); a critic
+    ``contract``: the env's (:func:`~vla_gym.trainers.runtime.contract.env_contract`), checked against the
+    checkpoint's first (:class:`~vla_gym.trainers.runtime.contract.ContractError` naming the fix). Every actor
+    tensor of ``policy`` must be in the checkpoint, else the error names ``setting`` (the config key, e.g.
+    ``grpo.init_checkpoint``). A critic in the checkpoint that ``policy`` lacks is dropped (GRPO); a critic
     ``policy`` has that the checkpoint lacks keeps its fresh initialisation (PPO after SFT).
     """
-    state = load_checkpoint(path, map_location=device)["policy"]
+    full = load_checkpoint(path, map_location=device)
+    if contract is not None:
+        check_contract(checkpoint_contract(full), contract, f"{setting}={path}")
+    state = full["policy"]
     own = policy.state_dict()
     missing = [key for key in own if key not in state and not key.startswith(CRITIC_PREFIXES)]
     reshaped = [key for key in own if key in state and state[key].shape != own[key].shape]

@@ -19,6 +19,7 @@ import yaml
 from vla_gym.core.errors import MissingSimulatorError, RenderingUnavailableError
 from vla_gym.runtime.cli_args import parser_with_examples
 from vla_gym.trainers.runtime.config import ConfigError, load_config
+from vla_gym.trainers.runtime.contract import ContractError
 from vla_gym.trainers.runtime.distributed import Distributed
 
 
@@ -75,6 +76,9 @@ def train_main(algo_cls, argv: list[str] | None = None) -> int:
         algo.learn()
         if dist.is_main:
             print("\n".join(getattr(algo_cls, "summary_lines", run_summary_lines)(algo)), flush=True)
+    except ContractError as exc:  # checkpoint.resume into an env the checkpoint was not trained on
+        print(f"{algo_cls.__name__.lower()}: {exc}", file=sys.stderr)
+        return 2
     finally:
         algo.close()
         dist.close()

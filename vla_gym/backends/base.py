@@ -46,6 +46,8 @@ class Backend(abc.ABC):
     state_dim: int
     #: dimension of the action vector (7 for single arms: delta xyz, delta axis-angle, gripper)
     action_dim: int = 7
+    #: how camera frames are flipped from the simulator's (LIBERO's ``flip``); None: as rendered
+    image_flip: str | None = None
 
     def __init__(self, camera_roles: Sequence[str], image_size: tuple[int, int]):
         self.camera_roles = tuple(camera_roles)

@@ -301,6 +301,11 @@ class VLAEnv(gym.Env):
 
     # --------------------------------------------------------------------------------- helpers
     @property
+    def image_flip(self) -> str | None:
+        """How camera frames are flipped from the simulator's (LIBERO: ``vertical`` or ``both``; None: as rendered)."""
+        return self.backend.image_flip
+
+    @property
     def elapsed_steps(self) -> int:
         return self._elapsed
 

@@ -160,6 +160,7 @@ class LiberoBackend(Backend):
         self._raw_obs: dict | None = None
         self.settle_steps = settle_steps
         self._flip = FLIPS[flip]
+        self.image_flip = flip
         #: scenes built by load() (a task change rebuilds the MuJoCo model) and the seconds they took
         self.scene_loads, self.scene_load_seconds = 0, 0.0
 
