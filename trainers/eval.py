@@ -21,14 +21,21 @@ env id, keyword arguments, wrappers and cameras, the checkpoint's SHA-256), the 
 (task, init state, seed, outcome, the instruction the policy read). ``--replay A/eval.json`` plays the same
 episodes with the same checkpoint, env and settings again, writes the new report to ``--out`` (default
 ``A/replay``) and prints what changed: package versions and each episode whose outcome differs (exit 1 if any).
+``--record-dataset DIR [--successes-only]`` also writes the evaluated episodes as a LeRobot v3 dataset, the
+layout of ``vla-gym demos`` with the policy's actions as labels, which ``trainers/sft.py`` reads
+(:mod:`vla_gym.trainers.evaluation.rollout_dataset`).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
+import shutil
 import sys
 
+from vla_gym.core.registry import check_env_id
+from vla_gym.data.record import ROBOT_TYPES
 from vla_gym.runtime.cli_args import (
     add_init_states,
     add_legacy_first_init_state,
@@ -40,6 +47,11 @@ from vla_gym.runtime.receipt import camera_contract, receipt
 from vla_gym.trainers.evaluation.ood import libero_pro_rows, observes_images, ood_markdown, parse_rows, run_ood
 from vla_gym.trainers.evaluation.replay import ReplayError, ReplayPlan, load_replay, replay_differences
 from vla_gym.trainers.evaluation.report import markdown_table, write_report
+from vla_gym.trainers.evaluation.rollout_dataset import (
+    EmptyDatasetError,
+    recording_wrappers,
+    write_rollout_dataset,
+)
 from vla_gym.trainers.policies.distributions import NOISE_SHAPES
 from vla_gym.trainers.rollout.episode_plan import EpisodeSpec, suite_specs
 from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
@@ -57,6 +69,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "python trainers/eval.py --checkpoint runs/libero_small_sft/final.pt --tasks 0-3 --init-states 0-9 --stochastic",
         "torchrun --nproc_per_node=2 trainers/eval.py --checkpoint CKPT --ood lighting,paraphrase --init-states 40-42",
         "python trainers/eval.py --replay runs/eval_sft/eval.json           # same episodes again: what differs?",
+        "python trainers/eval.py --checkpoint CKPT --init-states 0-9 --record-dataset runs/rollouts --successes-only",
     ])
     parser.add_argument("--checkpoint", help="the checkpoint to evaluate (with --replay: the report's by default)")
     parser.add_argument("--replay", metavar="EVAL_JSON",
@@ -76,6 +89,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "lighting=0.8,paraphrase,action_noise) and write the OOD table ood.md/ood.json")
     parser.add_argument("--libero-pro", action="store_true",
                         help="with --ood on a LIBERO suite: also a row per LIBERO-PRO suite of it (swap, lan, ...)")
+    parser.add_argument("--record-dataset", metavar="DIR",
+                        help="also write the evaluated episodes as a LeRobot v3 dataset (the policy's actions as "
+                             "labels), which trainers/sft.py reads as sft.dataset")
+    parser.add_argument("--successes-only", action="store_true", help="with --record-dataset: only the successes")
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the mode")
     parser.add_argument("--std", type=float, default=None,
                         help="with --stochastic: sample with this std in every action dimension, not the checkpoint's")
@@ -114,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         args.out = args.out or str(pathlib.Path(args.replay).parent / "replay")
     if not args.checkpoint:
         print("trainers/eval.py: pass --checkpoint CKPT (or --replay EVAL_JSON)", file=sys.stderr)
+        return 2
+    if args.successes_only and not args.record_dataset:
+        print("trainers/eval.py: --successes-only filters the dataset: add --record-dataset DIR", file=sys.stderr)
+        return 2
+    if args.record_dataset and args.ood is not None:
+        print("trainers/eval.py: --record-dataset records one evaluation: drop --ood", file=sys.stderr)
         return 2
     if (args.std is not None or args.noise is not None) and not args.stochastic:
         print("trainers/eval.py: --std and --noise set how actions are sampled: add --stochastic", file=sys.stderr)
@@ -183,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     except ContractError as exc:
         print(exc, file=sys.stderr)
         return 2
+    except EmptyDatasetError as exc:  # the evaluation's report is written; the dataset would be empty
+        print(f"--record-dataset: {exc}", file=sys.stderr)
+        return 1
     finally:
         dist.close()
     return 0
@@ -222,6 +248,13 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
     ``env_cfg``'s envs and write ``eval.md``, ``eval.json`` (with the receipt) and videos to ``out``; returns the
     summary on the main rank (None elsewhere). ``contract``: the checkpoint's, checked against the env first
     (:class:`~vla_gym.trainers.runtime.contract.ContractError` naming the fix)."""
+    wrappers = env_cfg.wrappers  # the receipt's: without the recorder
+    staging = pathlib.Path(args.record_dataset) / ".staging" if args.record_dataset else None
+    if staging is not None:
+        if dist.is_main:
+            shutil.rmtree(staging, ignore_errors=True)  # a killed recording's episodes
+        dist.barrier()
+        env_cfg = dataclasses.replace(env_cfg, wrappers=recording_wrappers(staging, env_cfg.wrappers))
     envs = make_envs(env_cfg, args.num_envs, kwargs=kwargs)
     try:
         if contract is not None:
@@ -239,13 +272,19 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
         env_kwargs = {**env_cfg.kwargs, **kwargs}
         stamp = receipt(env_cfg.id, env_kwargs, args.checkpoint, camera_contract(envs.single_observation_space,
                                                                                  env_kwargs))
-        stamp["env"]["wrappers"] = env_cfg.wrappers
+        stamp["env"]["wrappers"] = wrappers
         settings = {"checkpoint": str(args.checkpoint), "deterministic": not args.stochastic, "std": args.std,
                     "noise": args.noise, "seed": args.seed, "num_envs": args.num_envs, "processes": dist.world_size}
         summary = write_report(gathered, out, header=f"{header} ({len(gathered)} episodes)", receipt=stamp,
                                settings=settings)
         print(markdown_table(summary), end="")
         print(f"report: {out / 'eval.md'}, {out / 'eval.json'}")
+        if staging is not None:
+            written = write_rollout_dataset(staging, args.record_dataset, gathered, args.successes_only, stamp,
+                                            settings, ROBOT_TYPES.get(check_env_id(env_cfg.id).backend)
+                                            if env_cfg.id.startswith("VLA/") else None)
+            print(f"dataset: {args.record_dataset} ({written['episodes']} episodes, {written['frames']} frames; "
+                  f"sft.dataset={args.record_dataset})")
         for result in results:
             if result.video:
                 print(f"video: {result.video}")

@@ -15,6 +15,7 @@ Innermost first::
 ActionChunk         ``[K, action_dim]`` actions per step; only the last sub-step renders
 EpisodeMetrics      ``info["episode_metrics"]`` (env/return, env/episode_len, env/success_once, ...)
 RecordEpisodeVideo  one MP4 per episode, multi-camera layout with overlay, atomic writes
+RecordEpisodes      every finished episode staged as a LeRobot v3 episode table (rollouts -> datasets)
 MultiCamera         choose / resize cameras, HWC or CHW, the ``vla`` main + wrist-stack layout
 Perturb             one seeded OOD perturbation (lighting, camera_pose, paraphrase, action_noise, ...)
 SB3Compat           Box / Dict-of-Box observations for Stable-Baselines3
@@ -27,10 +28,11 @@ from vla_gym.wrappers.action_chunk import ActionChunk
 from vla_gym.wrappers.episode_metrics import EpisodeMetrics, finished_episodes, summarize_episodes
 from vla_gym.wrappers.multi_camera import MultiCamera
 from vla_gym.wrappers.perturb import Perturb
+from vla_gym.wrappers.record_episodes import RecordEpisodes
 from vla_gym.wrappers.record_video import RecordEpisodeVideo
 from vla_gym.wrappers.sb3 import SB3Compat, hash_instruction
 
 __all__ = [
-    "ActionChunk", "EpisodeMetrics", "MultiCamera", "Perturb", "RecordEpisodeVideo", "SB3Compat",
+    "ActionChunk", "EpisodeMetrics", "MultiCamera", "Perturb", "RecordEpisodeVideo", "RecordEpisodes", "SB3Compat",
     "finished_episodes", "hash_instruction", "summarize_episodes",
 ]
