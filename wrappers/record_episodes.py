@@ -27,10 +27,11 @@ import gymnasium as gym
 import numpy as np
 
 
-class RecordEpisodes(gym.Wrapper):
+class RecordEpisodes(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Stage every finished episode in ``directory`` (module docstring). Put it directly on the VLA env."""
 
     def __init__(self, env: gym.Env, directory: str | os.PathLike):
+        gym.utils.RecordConstructorArgs.__init__(self, directory=str(directory))
         super().__init__(env)
         if not hasattr(env.unwrapped, "observe"):
             raise TypeError(f"RecordEpisodes records vla_gym envs (VLA/... ids); got {type(env.unwrapped).__name__}")
