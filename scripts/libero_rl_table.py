@@ -9,7 +9,8 @@
 A row is one (suite, seed, method, variant, split, mode): the success of the SFT and the RL checkpoint on the same episodes
 (both ``trainers/eval.py`` reports must have played the same (task, init state, seed) list, or the row is refused),
 the init states, the RL run's env steps and wall-clock minutes (summed over its resumed segments, from its
-TensorBoard ``time/elapsed_s``), the checkpoints and the commit that measured it. Adding a row with the same key
+TensorBoard ``time/elapsed_s``; a PPO run's decisions of K-step action chunks count K env steps each, an upper
+bound by the unexecuted sub-steps of episode ends), the checkpoints and the commit that measured it. Adding a row with the same key
 replaces the old one; the file is written atomically.
 """
 from __future__ import annotations
@@ -35,25 +36,37 @@ def read_eval(directory: pathlib.Path) -> tuple[float, list[tuple], int]:
     return float(data["summary"]["overall"]["success_rate"]), played, len(played)
 
 
-def run_budget(run: pathlib.Path) -> tuple[int, float]:
-    """(env steps, wall minutes) of a training run: its newest checkpoint's counter and the sum over resumed
-    segments of TensorBoard's ``time/elapsed_s`` (it restarts at each resume)."""
+def run_budget(run: pathlib.Path, checkpoint: str | None = None) -> tuple[int, float]:
+    """(env steps, wall minutes) of a training run up to ``checkpoint`` (default: its newest): the checkpoint's
+    counter and the sum over resumed segments of TensorBoard's ``time/elapsed_s`` (it restarts at each resume)
+    logged at or before that many env steps."""
     import torch
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     checkpoints = sorted((run / "checkpoints").glob("ckpt_*.pt"))
     if not checkpoints:
         raise SystemExit(f"{run}: no checkpoints/ckpt_*.pt")
-    state = torch.load(checkpoints[-1], map_location="cpu", weights_only=False)
+    state = torch.load(checkpoint or checkpoints[-1], map_location="cpu", weights_only=False)
+    timesteps = int(state["counters"]["num_timesteps"])
     accumulator = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
     accumulator.Reload()
-    values = [event.value for event in accumulator.Scalars("time/elapsed_s")]
+    values = [event.value for event in accumulator.Scalars("time/elapsed_s") if event.step <= timesteps]
+    # PPO counts decisions (vector steps of the ActionChunk env), GRPO counts env steps: K env steps per decision
+    env_steps = timesteps * chunk_size(state["config"]) if state.get("algo") == "ppo" else timesteps
     total, last = 0.0, 0.0
     for value in values:
         if value < last:  # a resume started a new segment
             total += last
         last = value
-    return int(state["counters"]["num_timesteps"]), round((total + last) / 60.0, 1)
+    return env_steps, round((total + last) / 60.0, 1)
+
+
+def chunk_size(config: dict) -> int:
+    """K of the run's ActionChunk wrapper (1 without one)."""
+    for spec in config["env"].get("wrappers") or []:
+        if isinstance(spec, dict) and spec.get("name") == "ActionChunk":
+            return int(spec.get("kwargs", {}).get("chunk_size", 1))
+    return 1
 
 
 def relative(path: str | None) -> str | None:
@@ -77,7 +90,7 @@ def add(args) -> dict:
     if sft_played != rl_played:
         raise SystemExit("the SFT and RL reports played different episodes: evaluate both with the same "
                          "--tasks / --init-states / --seed")
-    env_steps, minutes = run_budget(pathlib.Path(args.rl_run))
+    env_steps, minutes = run_budget(pathlib.Path(args.rl_run), args.rl_checkpoint)
     checkpoints = sorted((pathlib.Path(args.rl_run) / "checkpoints").glob("ckpt_*.pt"))
     sft_checkpoint, rl_checkpoint = args.sft_checkpoint, args.rl_checkpoint or str(checkpoints[-1])
     if args.export_dir:  # the models themselves, trained parameters only, beside the results
