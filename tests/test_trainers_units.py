@@ -338,7 +338,7 @@ def test_an_unreadable_checkpoint_is_named_and_skipped(tmp_path):
     assert path.name == "ckpt_00000001.pt" and state == {"update": 1}
     assert [str(e).split()[3] for e in skipped] == [str(newest), str(tmp_path / "ckpt_00000002.pt")]
     (tmp_path / "ckpt_00000001.pt").write_bytes(b"not a checkpoint at all")
-    with pytest.raises(CheckpointError, match="none of the 3 checkpoints .* checkpoint.resume=false"):
+    with pytest.raises(CheckpointError, match="none of the 3 checkpoints .* checkpoint.resume=null"):
         ckpt.load_newest_readable()
     with pytest.raises(FileNotFoundError, match="no checkpoint file"):
         load_checkpoint(tmp_path / "missing.pt")

@@ -60,6 +60,7 @@ from vla_gym.trainers.runtime.config import ConfigError, config_from_dict
 from vla_gym.trainers.runtime.contract import ContractError, check_contract, checkpoint_contract, env_contract
 from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.envs import make_envs
+from vla_gym.trainers.runtime.launch import check_config, explain_setup_error
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -141,6 +142,14 @@ def main(argv: list[str] | None = None) -> int:
     if (args.std is not None or args.noise is not None) and not args.stochastic:
         print("trainers/eval.py: --std and --noise set how actions are sampled: add --stochastic", file=sys.stderr)
         return 2
+    if args.num_envs < 1:
+        print(f"trainers/eval.py: --num-envs must be >= 1, got {args.num_envs}", file=sys.stderr)
+        return 2
+    policy_overrides = [item for item in args.overrides if item.startswith("policy.")]
+    if policy_overrides:
+        print(f"trainers/eval.py: {' '.join(policy_overrides)}: the policy is the checkpoint's own (its policy.name "
+              "and policy.kwargs); drop the policy.* overrides", file=sys.stderr)
+        return 2
     if args.std is not None and not args.std > 0:
         print(f"trainers/eval.py: --std must be > 0, got {args.std}", file=sys.stderr)
         return 2
@@ -154,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         state = load_checkpoint(args.checkpoint, map_location=dist.device)
         cfg = config_from_dict(state["config"], args.overrides)
+        check_config(cfg, None)  # env id, the checkpoint's policy and its pretrained model, before anything is built
     except (FileNotFoundError, CheckpointError) as exc:
         print(f"--checkpoint: {exc}. Pick another checkpoint (runs/<name>/checkpoints/ keeps the last "
               "checkpoint.keep_last of them)", file=sys.stderr)
@@ -209,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     except EmptyDatasetError as exc:  # the evaluation's report is written; the dataset would be empty
         print(f"--record-dataset: {exc}", file=sys.stderr)
         return 1
+    except Exception as exc:  # an env or policy the (overridden) config cannot build: one line, not a traceback
+        line = explain_setup_error(exc, cfg)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return 2
     finally:
         dist.close()
     return 0

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from vla_gym.core.registry import check_env_id
 from vla_gym.data.lerobot import DemoDataset
 from vla_gym.trainers.algorithms.schedules import schedule
 from vla_gym.trainers.evaluation.periodic import TrainingEvaluator
@@ -93,6 +94,30 @@ def check_dataset_fits(data, observation_space, action_space) -> dict[str, Any]:
     return {"cameras": list(images), "chunk": chunk}
 
 
+def open_dataset(path: str, env_id: str) -> DemoDataset:
+    """``sft.dataset``, read, or an error naming the setting and the fix: no such directory, not a finished dataset,
+    or recorded on another simulator than ``env.id``'s (its receipt says where; the frames could fit the env's shapes
+    and still teach nothing)."""
+    root = pathlib.Path(path)
+    record = f"record one with `vla-gym demos {env_id if env_id.startswith('VLA/') else 'ENV_ID'} --out DIR`"
+    if not root.is_dir():
+        raise FileNotFoundError(f"sft.dataset={path}: no such directory; {record} and pass sft.dataset=DIR")
+    try:
+        data = DemoDataset(root)
+    except (FileNotFoundError, ValueError, NotImplementedError) as exc:
+        raise type(exc)(f"sft.dataset={path}: {exc}") from None
+    recorded = data.env_id
+    if recorded and recorded.startswith("VLA/") and env_id.startswith("VLA/") and recorded != env_id:
+        try:
+            ours, theirs = check_env_id(env_id).backend, check_env_id(recorded).backend
+        except KeyError:  # an id this version does not register: the shape checks decide
+            ours = theirs = None
+        if ours != theirs:
+            raise ValueError(f"sft.dataset={path} was recorded on {recorded} ({theirs}), but env.id={env_id} is a "
+                             f"{ours} env: {record}, or pass env.id={recorded}")
+    return data
+
+
 class SFT:
     """Behaviour cloning from a demonstration dataset (module docstring)."""
 
@@ -114,12 +139,17 @@ class SFT:
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
         self.per_rank_batch = self.dist.shard(self.hp.batch_size, "sft.batch_size")
-        self.data = DemoDataset(self.hp.dataset)
+        self.data = open_dataset(self.hp.dataset, cfg.env.id)
         probe = make_envs(cfg.env, 1)
         observation_space, action_space = probe.single_observation_space, probe.single_action_space
         self.contract = env_contract(probe)
         probe.close()
-        self.layout = check_dataset_fits(self.data, observation_space, action_space)
+        try:
+            self.layout = check_dataset_fits(self.data, observation_space, action_space)
+        except ValueError as exc:
+            recorded = f" (recorded on {self.data.env_id})" if self.data.env_id else ""
+            raise ValueError(f"sft.dataset={self.hp.dataset}{recorded} does not fit env.id={cfg.env.id}: {exc}") \
+                from None
         torch.manual_seed(cfg.seed)  # the same initial parameters on every rank
         self.policy = make_policy(cfg.policy.name, observation_space, action_space, **cfg.policy.kwargs).to(self.device)
         self.model = self.dist.wrap(ImitationObjective(self.policy), find_unused_parameters=True)

@@ -6,7 +6,8 @@ value heads, chunk shapes and checkpoints that keep only the trained parameters.
     >>> out = vlm.model(**inputs, output_hidden_states=True)                               # doctest: +SKIP
 
 ``model`` is anything ``AutoModelForImageTextToText.from_pretrained`` and ``AutoProcessor.from_pretrained``
-accept: a hub name (downloaded once by transformers' cache) or a local ``save_pretrained`` directory.
+accept: a hub name (downloaded once by transformers' cache) or a local ``save_pretrained`` directory; one that is
+neither on disk nor downloadable fails at once naming the fix (:mod:`vla_gym.trainers.policies.pretrained`).
 The prompt is OpenVLA's (:func:`vla_gym.trainers.policies.openvla_prompts.openvla_prompt`); processors with a chat template
 (SmolVLM, Qwen2.5-VL, LLaVA) get it as one user turn with the camera images in front, processors without
 one (PaliGemma) get one image token per camera in front of the prompt.
@@ -35,6 +36,7 @@ from vla_gym.trainers.policies.lora import (
     trainable_state_dict,
 )
 from vla_gym.trainers.policies.openvla_prompts import openvla_prompt
+from vla_gym.trainers.policies.pretrained import require_pretrained
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: module-name fragments of vision towers and projectors across HF VLMs
@@ -96,9 +98,9 @@ class VLMBackbone(nn.Module):
         freeze_vision: bool = True, gradient_checkpointing: bool = False, attn_implementation: str | None = None,
     ):
         super().__init__()
+        self.name_or_path = require_pretrained(model)
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
-        self.name_or_path = str(model)
         self.cameras = list(cameras)
         self.processor = AutoProcessor.from_pretrained(self.name_or_path)
         self.tokenizer = self.processor.tokenizer

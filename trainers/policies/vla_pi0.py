@@ -38,6 +38,7 @@ from gymnasium import spaces
 
 from vla_gym.trainers.policies.base import Obs, Policy
 from vla_gym.trainers.policies.lora import LoraSpec, apply_lora
+from vla_gym.trainers.policies.pretrained import require_pretrained
 from vla_gym.trainers.policies.vla_common import (
     VISION_PARTS,
     TrainableStateMixin,
@@ -71,6 +72,7 @@ class PI0Policy(TrainableStateMixin, Policy):
         value_hidden: int = 256,
     ):
         super().__init__(observation_space, action_space)
+        model = require_pretrained(model)
         from transformers import AutoTokenizer, PI0ForConditionalGeneration
 
         if num_steps < 1 or noise_std <= 0:

@@ -72,7 +72,7 @@ class Checkpointer:
         if skipped:
             raise CheckpointError(f"none of the {len(skipped)} checkpoints in {self.directory} can be read "
                                   f"(newest: {skipped[0]}); move them away to start over, or set "
-                                  "checkpoint.resume=false")
+                                  "checkpoint.resume=null")
         return None
 
     def save(self, state: dict[str, Any], update: int) -> pathlib.Path:

@@ -29,6 +29,13 @@ class ConfigError(ValueError):
     """A config key or value is invalid; the message names the key."""
 
 
+def _at_least_one(section: str, values: dict[str, int | None]) -> None:
+    """Counts that must be 1 or more (None: unset, allowed)."""
+    for key, value in values.items():
+        if value is not None and value < 1:
+            raise ConfigError(f"{section}.{key}={value}: must be at least 1")
+
+
 @dataclass
 class EnvConfig:
     id: str = "CartPole-v1"
@@ -40,6 +47,9 @@ class EnvConfig:
     #: wrapper specs handed to vla_gym.make_vec (vla_gym env ids only), innermost first: EpisodeMetrics,
     #: package.module:Class or {name: ActionChunk, kwargs: {chunk_size: 8}} (vla_gym/vector/wrapper_spec.py)
     wrappers: list[Any] = field(default_factory=list)
+
+    def __post_init__(self):
+        _at_least_one("env", {"num_envs": self.num_envs})
 
 
 @dataclass
@@ -86,6 +96,7 @@ class PPOConfig:
     ratio_level: Literal["chunk", "step", "dim"] = "chunk"
 
     def __post_init__(self):
+        _at_least_one("ppo", {"n_steps": self.n_steps, "batch_size": self.batch_size, "n_epochs": self.n_epochs})
         if self.exploration_std is not None and not self.exploration_std > 0:
             raise ConfigError(f"ppo.exploration_std={self.exploration_std}: must be positive")
         if self.critic_warmup_updates < 0:
@@ -208,6 +219,9 @@ class SFTConfig:
     max_grad_norm: float | None = 1.0
     adam_eps: float = 1e-8
 
+    def __post_init__(self):
+        _at_least_one("sft", {"epochs": self.epochs, "batch_size": self.batch_size, "max_steps": self.max_steps})
+
 
 @dataclass
 class WandbConfig:
@@ -225,6 +239,9 @@ class LoggingConfig:
     progress_bar: bool = True
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
+    def __post_init__(self):
+        _at_least_one("logging", {"log_interval": self.log_interval})
+
 
 @dataclass
 class CheckpointConfig:
@@ -233,6 +250,11 @@ class CheckpointConfig:
     keep_last: int = 3
     #: null: start fresh; "auto": latest checkpoint in the run dir if any; or a checkpoint path
     resume: str | None = "auto"
+
+    def __post_init__(self):
+        _at_least_one("checkpoint", {"keep_last": self.keep_last})
+        if self.every < 0:
+            raise ConfigError(f"checkpoint.every={self.every}: must be 0 (only at the end) or positive")
 
 
 @dataclass
@@ -251,6 +273,11 @@ class EvalConfig:
     #: env kwargs that update those again for the video env (e.g. cameras=[main] or render_mode=rgb_array)
     video_env_kwargs: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self):
+        _at_least_one("eval", {"num_envs": self.num_envs})
+        if self.episodes < 0:
+            raise ConfigError(f"eval.episodes={self.episodes}: must be 0 (no evaluation) or positive")
+
 
 @dataclass
 class RolloutConfig:
@@ -258,6 +285,9 @@ class RolloutConfig:
     #: (trainers/rollout/pipeline.py); S must divide the envs per process and needs env.vectorization=async; the same
     #: trajectories as 1 (docs/scale.md)
     pipeline_stages: int = 1
+
+    def __post_init__(self):
+        _at_least_one("rollout", {"pipeline_stages": self.pipeline_stages})
 
 
 @dataclass
@@ -375,7 +405,12 @@ def config_from_dict(data: dict | None, overrides: list[str] = ()) -> Config:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"override {item!r} must look like key.sub=value")
-        _set(data, key.strip(), yaml.safe_load(raw) if raw.strip() else "")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML ({_yaml_problem(exc)}); quote it, "
+                              f"e.g. {key}='{raw}'") from None
+        _set(data, key.strip(), value)
     cfg = _build(Config, data)
     try:  # a bad wrapper entry fails here, before any env is built
         check_wrapper_specs(cfg.env.wrappers, key="env.wrappers")
@@ -388,7 +423,14 @@ def load_config(path: str | pathlib.Path | None, overrides: list[str] = ()) -> C
     """Read a YAML file (or start from defaults with ``path=None``) and apply overrides."""
     data = {}
     if path is not None:
-        data = yaml.safe_load(pathlib.Path(path).read_text()) or {}
+        path = pathlib.Path(path)
+        if not path.is_file():
+            raise ConfigError(f"--config {path}: no such file; pass a YAML config, e.g. --config "
+                              "examples/configs/cartpole_ppo.yaml (the examples: ls examples/configs)")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--config {path} is not valid YAML: {_yaml_problem(exc)}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level of a config must be a mapping")
     return config_from_dict(data, overrides)
@@ -396,6 +438,14 @@ def load_config(path: str | pathlib.Path | None, overrides: list[str] = ()) -> C
 
 def save_config(cfg: Config, path: str | pathlib.Path) -> None:
     pathlib.Path(path).write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error in one line: what and where (line, column)."""
+    problem, mark = getattr(exc, "problem", None), getattr(exc, "problem_mark", None)
+    if problem and mark is not None:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(exc).split())
 
 
 def _deep_copy(data: Any) -> Any:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import shutil
 import time
 from typing import Any
 
@@ -40,6 +41,8 @@ class TrainingRun:
         self.logger: RunLogger | None = None
         self.start_time = time.perf_counter()
         self._opened = False
+        #: the topmost folder rank 0 made for the run directory (None: it existed, or nothing made yet)
+        self._created: pathlib.Path | None = None
 
     # ------------------------------------------------------------------------------ clock
     def start_clock(self) -> float:
@@ -61,16 +64,37 @@ class TrainingRun:
         checkpoint to resume from, ``(path, state)`` (None: start afresh, or no run directory)."""
         if self.path is None or self._opened:
             return None
+        self._write_start()
+        return self._find_resume(map_location)
+
+    def _write_start(self) -> None:
+        """Rank 0: the run directory, ``config.yaml`` and a receipt (once)."""
         self._opened = True
         if self.dist.is_main:
+            self._created = _first_missing(self.path)
             self.path.mkdir(parents=True, exist_ok=True)
             save_config(self.cfg, self.path / "config.yaml")
             self._write_receipt()
+
+    def _find_resume(self, map_location) -> tuple[pathlib.Path, dict[str, Any]] | None:
+        """Collective: the checkpoint to resume from (rank 0 chooses, every rank loads it), or None."""
         found = self._choose_checkpoint(map_location) if self.dist.is_main else None
         path = self.dist.broadcast_object(str(found[0]) if found else None)
         if path is None:
             return None
         return found if found else (pathlib.Path(path), load_checkpoint(path, map_location=map_location))
+
+    def discard(self) -> bool:
+        """Rank 0: remove the run directory (and the folders above it that it made) when this run made it and
+        saved no checkpoint: what a run that failed before its first update leaves. True when removed."""
+        if self._created is None or not self.dist.is_main:
+            return False
+        if self.checkpointer is not None and self.checkpointer.paths():
+            return False
+        self.stop_logging()
+        shutil.rmtree(self._created, ignore_errors=True)
+        self._created = None
+        return True
 
     def _write_receipt(self) -> None:
         """``receipt.json`` (:mod:`vla_gym.runtime.receipt`) for the run's start; a resumed run adds
@@ -103,11 +127,16 @@ class TrainingRun:
         """Collective, what every trainer does before its first update: open the run directory, resume
         ``trainer`` from the newest readable checkpoint (``trainer.load_state(state, restore_rng=True)``) and
         start the logger at ``trainer.log_step`` (counted in ``trainer.log_unit``)."""
-        resume = self.open(map_location)
+        resume = None
+        if self.path is not None and not self._opened:
+            # the checkpoint is chosen and loaded before anything is written: a resume that fails (a checkpoint of
+            # another env, say) leaves the run directory as it was, config.yaml included
+            resume = self._find_resume(map_location)
+            if resume is not None:
+                trainer.load_state(resume[1], restore_rng=True)
+            self._write_start()
         if resume is not None:
-            path, state = resume
-            trainer.load_state(state, restore_rng=True)
-            self.say(f"resumed from {path} at update {trainer.num_updates}, {trainer.log_step} {trainer.log_unit}")
+            self.say(f"resumed from {resume[0]} at update {trainer.num_updates}, {trainer.log_step} {trainer.log_unit}")
         self.start_logging(total_steps, initial_step=trainer.log_step)
 
     # ---------------------------------------------------------------------------------- logging
@@ -158,3 +187,13 @@ class TrainingRun:
     def checkpoint_due(self, num_updates: int) -> bool:
         every = self.cfg.checkpoint.every
         return self.checkpointer is not None and bool(every) and num_updates % every == 0
+
+
+def _first_missing(path: pathlib.Path) -> pathlib.Path | None:
+    """The topmost folder of ``path`` that does not exist yet (None: ``path`` exists)."""
+    missing = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing = folder
+    return missing

@@ -26,6 +26,7 @@ import json
 import multiprocessing
 import os
 import pathlib
+import re
 import shutil
 import sys
 from collections.abc import Sequence
@@ -34,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from vla_gym.core.errors import MissingSimulatorError
 from vla_gym.core.registry import check_env_id
 from vla_gym.data.expert_episodes import record_episode
 from vla_gym.data.experts.dispatch import has_expert
@@ -176,11 +178,12 @@ def record_demos(env_id: str, out: str | os.PathLike, episodes_per_task: int = 1
         if previous != spec:
             raise ValueError(f"{out} holds an unfinished recording with other settings ({previous}); rerun that "
                              f"command to finish it, or delete {staging} to start over")
+    tasks = env_tasks(env_id)  # bad ids, tasks and init states fail here, before anything is written
+    jobs = plan_jobs(tasks, episodes_per_task, seed, task_ids, first_init_state)
+    made = _first_missing(staging)  # what a failure before the first recorded episode removes again
     staging.mkdir(parents=True, exist_ok=True)
     _write_json(staging / "spec.json", spec)
 
-    tasks = env_tasks(env_id)
-    jobs = plan_jobs(tasks, episodes_per_task, seed, task_ids, first_init_state)
     markers = {job.index: json.loads((staging / f"job-{job.index:06d}.json").read_text())
                for job in jobs if (staging / f"job-{job.index:06d}.json").exists()}
     pending = [job for job in jobs if job.index not in markers]
@@ -205,11 +208,25 @@ def record_demos(env_id: str, out: str | os.PathLike, episodes_per_task: int = 1
                 except BaseException:
                     pool.shutdown(wait=False, cancel_futures=True)  # a failed job (or Ctrl-C) stops the run now
                     raise
+    except BaseException:
+        if made is not None and not any(staging.glob("job-*.json")):  # nothing recorded: leave nothing behind
+            shutil.rmtree(made, ignore_errors=True)
+        raise
     finally:
         _close_worker_envs()
         if bar is not None:
             bar.close()
     return _finish(out, staging, spec, jobs, markers, tasks, env_id, resumed)
+
+
+def _first_missing(path: pathlib.Path) -> pathlib.Path | None:
+    """The topmost folder of ``path`` that does not exist yet (None: ``path`` exists)."""
+    missing = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing = folder
+    return missing
 
 
 def _progress(total: int, done: int, env_id: str, enabled: bool):
@@ -305,19 +322,44 @@ def env_kwargs_from_args(args: argparse.Namespace) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--env-kwarg {item!r}: write KEY=VALUE")
-        kwargs[key] = yaml.safe_load(value)
+        try:
+            kwargs[key] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ValueError(f"--env-kwarg {item!r}: the value is not valid YAML; quote it") from None
     return kwargs
 
 
+#: the flag that sets each env keyword argument (others: --env-kwarg KEY=VALUE)
+_KWARG_FLAGS = {"image_size": "--image-size", "cameras": "--cameras"}
+
+
+def _name_the_flags(message: str, kwargs: dict[str, Any]) -> str:
+    """``message`` plus the flags that gave the env keyword arguments it names, for an env's own errors."""
+    named = [key for key in kwargs if re.search(rf"\b{re.escape(key)}\b", message)]
+    if not named:
+        return message
+    flags = [_KWARG_FLAGS.get(key, f"--env-kwarg {key}=...") for key in named]
+    return f"{message} (fix or drop {', '.join(flags)})"
+
+
 def main(args: argparse.Namespace) -> int:
+    """``vla-gym demos``: bad input ends in one line naming the flag (exit 2; 1: the simulator is not installed),
+    and a recording that fails before its first episode leaves no directory behind."""
+    kwargs: dict[str, Any] = {}
     try:
+        kwargs = env_kwargs_from_args(args)
         episodes, first = init_state_range(args.init_states, args.first_init_state, args.episodes_per_task)
         summary = record_demos(
             args.env_id, args.out, episodes_per_task=10 if episodes is None else episodes, workers=args.workers, seed=args.seed,
             noise=args.noise, task_ids=args.tasks, first_init_state=first, keep_failures=args.keep_failures,
-            progress=not args.no_progress, **env_kwargs_from_args(args))
-    except (ValueError, KeyError, RuntimeError, argparse.ArgumentTypeError) as error:
-        print(f"vla-gym demos: {error}", file=sys.stderr)
+            progress=not args.no_progress, **kwargs)
+    except MissingSimulatorError as error:  # the message says what to install
+        print(f"vla-gym demos: {args.env_id} cannot run on this machine.\n{error}", file=sys.stderr)
+        return 1
+    except (ValueError, KeyError, TypeError, RuntimeError, argparse.ArgumentTypeError) as error:
+        text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+        text = str(text).split(" was raised from the environment creator for ")[0]  # gymnasium.make's suffix
+        print(f"vla-gym demos: {_name_the_flags(' '.join(str(text).split()), kwargs)}", file=sys.stderr)
         return 2
     print(format_summary(summary))
     print(f"{summary['episodes']} episodes, {summary['frames']} frames -> {args.out} (LeRobot v3.0)")

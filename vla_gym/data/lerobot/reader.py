@@ -10,7 +10,9 @@
 
 :class:`DemoDataset` raises :class:`FileNotFoundError` for a directory without ``meta/info.json`` (not a finished
 dataset), :class:`ValueError` for another codebase version or no episodes, and :class:`NotImplementedError` for
-video features.
+video features. ``env_id`` is the env the frames were recorded in, from the receipt ``vla-gym demos``
+(``meta/vla_gym_demos.json``) or ``trainers/eval.py --record-dataset`` (``meta/vla_gym_rollouts.json``) wrote
+(None for datasets from elsewhere).
 """
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ from typing import Any
 import numpy as np
 
 from vla_gym.data.lerobot.format import IMAGE_PREFIX, _numeric, _pa, decode_png
+
+#: the summaries (with a receipt naming the env) that vla_gym's recorders write next to meta/info.json
+RECEIPT_FILES = ("meta/vla_gym_demos.json", "meta/vla_gym_rollouts.json")
 
 
 class DemoDataset:
@@ -59,6 +64,9 @@ class DemoDataset:
         self.stats = json.loads((self.root / "meta" / "stats.json").read_text()) \
             if (self.root / "meta" / "stats.json").exists() else {}
 
+        if not (self.root / "meta" / "tasks.parquet").is_file():
+            raise FileNotFoundError(f"{self.root / 'meta' / 'tasks.parquet'} not found: {self.root} is not a finished "
+                                    "LeRobot v3 dataset (make one with `vla-gym demos ENV_ID --out DIR`)")
         tasks = pq.read_table(self.root / "meta" / "tasks.parquet").to_pydict()
         task_column = "task" if "task" in tasks else "__index_level_0__"
         self.tasks = {int(i): str(t) for i, t in zip(tasks["task_index"], tasks[task_column])}
@@ -72,7 +80,8 @@ class DemoDataset:
             names = pq.read_schema(path).names
             rows += pq.read_table(path, columns=[c for c in wanted + optional if c in names]).to_pylist()
         if not rows:
-            raise ValueError(f"{self.root}: no episodes under meta/episodes/")
+            raise ValueError(f"{self.root}: no episodes under meta/episodes/ (an empty dataset: record episodes with "
+                             "`vla-gym demos ENV_ID --out DIR`)")
         self.episodes = sorted(rows, key=lambda r: r["episode_index"])
 
         files = sorted({(r["data/chunk_index"], r["data/file_index"]) for r in self.episodes})
@@ -108,6 +117,21 @@ class DemoDataset:
     @property
     def action_dim(self) -> int:
         return self.actions.shape[1]
+
+    @property
+    def env_id(self) -> str | None:
+        """The env id the frames were recorded in (the receipt of ``vla-gym demos`` or ``trainers/eval.py
+        --record-dataset``), None when the dataset carries no receipt."""
+        for name in RECEIPT_FILES:
+            path = self.root / name
+            if path.is_file():
+                try:
+                    env_id = ((json.loads(path.read_text()).get("receipt") or {}).get("env") or {}).get("id")
+                except (ValueError, AttributeError):  # not JSON, or not the recorders' layout
+                    continue
+                if env_id:
+                    return str(env_id)
+        return None
 
     def image(self, role: str, i: int) -> np.ndarray:
         """Camera ``role``'s frame ``i`` as uint8 HWC."""
