@@ -202,7 +202,7 @@ def test_every_vla_example_config_names_its_missing_model(path, monkeypatch):
     is not installed here, BEHAVIOR's, the trainers name the simulator first: tests/test_examples.py)."""
     from vla_gym.core.registry import check_env_id
     from vla_gym.trainers.runtime.config import ConfigError, load_config
-    from vla_gym.trainers.runtime.launch import check_config, check_policy
+    from vla_gym.trainers.runtime.config_checks import check_config, check_policy
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     cfg = load_config(path)

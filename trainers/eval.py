@@ -57,10 +57,10 @@ from vla_gym.trainers.rollout.episode_plan import EpisodeSpec, suite_specs
 from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
 from vla_gym.trainers.runtime.checkpoint import CheckpointError, load_checkpoint, load_policy
 from vla_gym.trainers.runtime.config import ConfigError, config_from_dict
+from vla_gym.trainers.runtime.config_checks import check_config, explain_setup_error
 from vla_gym.trainers.runtime.contract import ContractError, check_contract, checkpoint_contract, env_contract
 from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.envs import make_envs
-from vla_gym.trainers.runtime.launch import check_config, explain_setup_error
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
