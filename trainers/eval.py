@@ -34,6 +34,8 @@ import pathlib
 import shutil
 import sys
 
+import torch
+
 from vla_gym.core.registry import check_env_id
 from vla_gym.data.record import ROBOT_TYPES
 from vla_gym.runtime.cli_args import (
@@ -193,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         kwargs.update(cfg.eval.video_env_kwargs)
     out = pathlib.Path(args.out) if args.out else default_report_dir(pathlib.Path(args.checkpoint))
     try:
+        if cfg.torch_threads:  # the run's own setting, as the trainers apply it (more threads than cores spin)
+            torch.set_num_threads(cfg.torch_threads)
         policy = load_policy(state, dist.device)
         if args.std is not None or args.noise is not None:
             policy.set_exploration(args.std, args.noise)

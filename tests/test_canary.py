@@ -1,0 +1,180 @@
+"""The physics canary (``vla-gym canary``, vla_gym/canary.py): the shipped fingerprints, the drift and status
+rules, the command line's exit codes, and the real replays through the CLI.
+
+    python3 -m pytest -n 0 -q tests/test_canary.py              # the quick and default tests
+    python3 -m pytest -n 0 -q -m slow tests/test_canary.py      # + the whole --quick canary through the CLI
+"""
+from __future__ import annotations
+
+import ast
+import fnmatch
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from vla_gym import canary
+from vla_gym.core.env_entry import EnvEntry
+from vla_gym.data.experts.dispatch import has_expert
+from vla_gym.tasks.libero import suite_tasks
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def run_canary(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``python -m vla_gym.cli canary ARGS`` in a fresh interpreter."""
+    return subprocess.run([sys.executable, "-m", "vla_gym.cli", "canary", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def line_of(output: str, key: str) -> str:
+    """The result line of the case ``key``."""
+    found = [line for line in output.splitlines() if f" {key} " in line]
+    assert len(found) == 1, output
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return canary.load()
+
+
+# ------------------------------------------------------------------------------ the fingerprints
+@pytest.mark.quick
+def test_shipped_fingerprints_cover_every_suite_name_their_versions_and_stay_small(shipped):
+    meta, arrays = shipped
+    for name in ("mujoco", "robosuite", "LIBERO", "mani_skill", "sapien", "numpy", "python"):
+        assert meta["reference"][name], name
+    for suite, env_id in canary.SUITES.items():
+        cases = canary.select(meta, [suite])
+        assert cases and all(c["env_id"] == env_id for c in cases), suite
+        assert sum(c["quick"] for c in cases) == 1, suite
+    for case in meta["cases"]:
+        steps = case["steps"]
+        assert arrays[f"{case['key']}.actions"].shape == (steps, 7)
+        rows = len(canary.sample_indices(steps + 1, meta["stride"]))
+        assert arrays[f"{case['key']}.robot"].shape == (rows, 3)
+        assert arrays[f"{case['key']}.objects"].shape == (rows, len(case["objects"]), 3)
+    size = sum(canary.default_path().with_suffix(ext).stat().st_size for ext in (".json", ".npz"))
+    assert size < 1_000_000
+
+
+@pytest.mark.quick
+def test_every_libero_task_with_an_expert_is_a_case_or_left_out_with_a_reason(shipped):
+    meta, _ = shipped
+    accounted = {(c["suite"], c["task_id"]) for c in meta["cases"]} | {
+        (c["suite"], c["task_id"]) for c in meta["left_out"] if c["reason"]}
+    for suite, env_id in canary.SUITES.items():
+        entry = canary.ENTRIES[env_id]
+        if entry.backend != "libero":
+            continue
+        for task in suite_tasks(entry.kwargs["suite"]):
+            if has_expert(task):
+                assert (suite, task.index) in accounted, (suite, task.name)
+
+
+@pytest.mark.quick
+def test_setup_ships_the_fingerprints_as_package_data():
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    call = next(node for node in ast.walk(tree) if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setup")
+    package_data = ast.literal_eval(next(k.value for k in call.keywords if k.arg == "package_data"))
+    for name in ("canary/fingerprints.json", "canary/fingerprints.npz"):
+        assert (ROOT / "assets" / name).is_file()
+        assert any(fnmatch.fnmatch(name, pattern) for pattern in package_data["vla_gym.assets"]), name
+
+
+# ----------------------------------------------------------------------------- drift and status
+def _fingerprint(success: bool = True) -> tuple[dict, dict[str, np.ndarray]]:
+    """One made-up case: a robot and one object lifted 10 cm over 4 samples."""
+    path = np.array([[0, 0, 0], [0, 0, 0.05], [0, 0, 0.1], [0, 0, 0.1]], np.float32)
+    recorded = {"key": "x-t0-s0", "env_id": "VLA/X-v0", "task": "lift", "init_state_id": None, "seed": 0,
+                "success": success, "length": 3 if success else None, "objects": ["cube"]}
+    arrays = {"x-t0-s0.actions": np.zeros((15, 7), np.float32), "x-t0-s0.robot": path,
+              "x-t0-s0.objects": path[:, None, :].copy()}
+    return recorded, arrays
+
+
+def _replay(arrays: dict[str, np.ndarray], success: bool = True, shift=(0.0, 0.0, 0.0)) -> canary.Trace:
+    objects = arrays["x-t0-s0.objects"] + np.asarray(shift, np.float32)
+    return canary.Trace(arrays["x-t0-s0.actions"], arrays["x-t0-s0.robot"], objects, ["cube"], success,
+                        3 if success else None)
+
+
+@pytest.mark.quick
+def test_identical_replay_is_ok_a_shift_beyond_the_tolerance_drifts_a_changed_success_flips():
+    recorded, arrays = _fingerprint()
+    same = canary.compare(recorded, arrays, _replay(arrays), canary.TOLERANCE_M)
+    assert (same.status, same.identical, same.robot_drift_m, same.object_drift_m) == ("OK", True, 0.0, 0.0)
+    near = canary.compare(recorded, arrays, _replay(arrays, shift=(0.002, 0, 0)), canary.TOLERANCE_M)
+    assert near.status == "OK" and not near.identical and near.object_drift_m == pytest.approx(0.002)
+    far = canary.compare(recorded, arrays, _replay(arrays, shift=(0, 0.02, 0)), canary.TOLERANCE_M)
+    assert (far.status, far.worst_object) == ("DRIFT", "cube") and far.object_drift_m == pytest.approx(0.02)
+    flipped = canary.compare(recorded, arrays, _replay(arrays, success=False), canary.TOLERANCE_M)
+    assert flipped.status == "FLIP" and "success yes -> no" in canary.format_result(flipped)
+    assert [canary.exit_code(r) for r in ([same, near], [same, far], [flipped], [])] == [0, 1, 1, 2]
+
+
+# ------------------------------------------------------------------------------------ the CLI
+@pytest.mark.quick
+def test_unknown_suite_and_a_missing_simulator_exit_2_naming_the_fix(monkeypatch, capsys):
+    from vla_gym.cli import main
+
+    assert main(["canary", "--suite", "objekt"]) == 2
+    assert "choose from object,spatial,goal,90,maniskill" in capsys.readouterr().err
+    monkeypatch.setattr(EnvEntry, "available", lambda self: False)
+    assert main(["canary", "--quick", "--suite", "maniskill"]) == 2
+    assert 'pip install "vla-gym[maniskill]"' in capsys.readouterr().err
+    assert main(["canary", "--quick"]) == 2          # every simulator missing: each case SKIP, nothing ran
+    out = capsys.readouterr().out
+    assert out.count(" SKIP ") == len(canary.SUITES) and 'pip install "vla-gym[libero]"' in out
+
+
+def test_perturbed_fingerprints_exit_1_and_name_the_cases(tmp_path, shipped):
+    meta, arrays = shipped
+    pushed = next(c for c in canary.select(meta, ["maniskill"], quick=True))
+    solved = next(c for c in canary.select(meta, ["object"], quick=True))
+    objects = arrays[f"{pushed['key']}.objects"].copy()
+    objects[len(objects) // 2:, 0, 1] += 0.02          # the cube's recorded path, 2 cm aside from halfway on
+    solved["success"] = not solved["success"]            # a success that the replay will not reproduce
+    (tmp_path / "fingerprints.json").write_text(json.dumps(meta))
+    np.savez_compressed(tmp_path / "fingerprints.npz", **{**arrays, f"{pushed['key']}.objects": objects})
+
+    done = run_canary("--quick", "--suite", "object,maniskill", "--fingerprints", str(tmp_path / "fingerprints.json"),
+                      "--json", str(tmp_path / "canary.json"))
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    assert "DRIFT" in line_of(done.stdout, pushed["key"]).split() and "(cube)" in line_of(done.stdout, pushed["key"])
+    assert "FLIP" in line_of(done.stdout, solved["key"])
+    report = json.loads((tmp_path / "canary.json").read_text())
+    statuses = {r["key"]: r["status"] for r in report["results"]}
+    assert statuses == {solved["key"]: "FLIP", pushed["key"]: "DRIFT"} and report["exit_code"] == 1
+    drift = next(r for r in report["results"] if r["key"] == pushed["key"])["object_drift_m"]
+    assert drift == pytest.approx(0.02, abs=1e-5)
+
+
+def test_recording_then_checking_in_a_fresh_process_replays_identically(tmp_path):
+    out = tmp_path / "fingerprints.json"
+    recorded = subprocess.run([sys.executable, "scripts/record_canary.py", "--suite", "maniskill", "--out", str(out)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr[-3000:]
+    meta, _ = canary.load(out)
+    assert len(meta["cases"]) == canary.MANISKILL_CASES and all(c["success"] for c in meta["cases"])
+    done = run_canary("--suite", "maniskill", "--fingerprints", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert f"{canary.MANISKILL_CASES} replayed identically to the fingerprint" in done.stdout
+
+
+@pytest.mark.slow
+def test_quick_canary_passes_through_the_cli_and_replays_identically(tmp_path, shipped):
+    meta, _ = shipped
+    done = run_canary("--quick", "--json", str(tmp_path / "canary.json"))
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    quick = canary.select(meta, quick=True)
+    for case in quick:
+        assert "OK" in line_of(done.stdout, case["key"]).split()
+    report = json.loads((tmp_path / "canary.json").read_text())
+    assert [r["key"] for r in report["results"]] == [c["key"] for c in quick]
+    assert all(r["identical"] and r["robot_drift_m"] == r["object_drift_m"] == 0.0 for r in report["results"])
+    assert f"reference MuJoCo {meta['reference']['mujoco']}" in done.stdout
