@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from vla_gym.runtime.cli_args import first_missing_folder
 from vla_gym.runtime.receipt import receipt
 from vla_gym.trainers.runtime.checkpoint import Checkpointer, atomic_write_text, load_checkpoint
 from vla_gym.trainers.runtime.config import Config, save_config
@@ -71,7 +72,7 @@ class TrainingRun:
         """Rank 0: the run directory, ``config.yaml`` and a receipt (once)."""
         self._opened = True
         if self.dist.is_main:
-            self._created = _first_missing(self.path)
+            self._created = first_missing_folder(self.path)
             self.path.mkdir(parents=True, exist_ok=True)
             save_config(self.cfg, self.path / "config.yaml")
             self._write_receipt()
@@ -187,13 +188,3 @@ class TrainingRun:
     def checkpoint_due(self, num_updates: int) -> bool:
         every = self.cfg.checkpoint.every
         return self.checkpointer is not None and bool(every) and num_updates % every == 0
-
-
-def _first_missing(path: pathlib.Path) -> pathlib.Path | None:
-    """The topmost folder of ``path`` that does not exist yet (None: ``path`` exists)."""
-    missing = None
-    for folder in (path, *path.parents):
-        if folder.exists():
-            break
-        missing = folder
-    return missing

@@ -44,6 +44,7 @@ from vla_gym.runtime.cli_args import (
     add_init_states,
     add_legacy_first_init_state,
     add_tasks,
+    first_missing_folder,
     init_state_range,
     parser_with_examples,
 )
@@ -180,7 +181,7 @@ def record_demos(env_id: str, out: str | os.PathLike, episodes_per_task: int = 1
                              f"command to finish it, or delete {staging} to start over")
     tasks = env_tasks(env_id)  # bad ids, tasks and init states fail here, before anything is written
     jobs = plan_jobs(tasks, episodes_per_task, seed, task_ids, first_init_state)
-    made = _first_missing(staging)  # what a failure before the first recorded episode removes again
+    made = first_missing_folder(staging)  # what a failure before the first recorded episode removes again
     staging.mkdir(parents=True, exist_ok=True)
     _write_json(staging / "spec.json", spec)
 
@@ -217,16 +218,6 @@ def record_demos(env_id: str, out: str | os.PathLike, episodes_per_task: int = 1
         if bar is not None:
             bar.close()
     return _finish(out, staging, spec, jobs, markers, tasks, env_id, resumed)
-
-
-def _first_missing(path: pathlib.Path) -> pathlib.Path | None:
-    """The topmost folder of ``path`` that does not exist yet (None: ``path`` exists)."""
-    missing = None
-    for folder in (path, *path.parents):
-        if folder.exists():
-            break
-        missing = folder
-    return missing
 
 
 def _progress(total: int, done: int, env_id: str, enabled: bool):

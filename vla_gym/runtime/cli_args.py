@@ -26,6 +26,7 @@ Every parser shows examples at the end of ``--help`` (:func:`parser_with_example
 from __future__ import annotations
 
 import argparse
+import pathlib
 from collections.abc import Sequence
 
 
@@ -143,3 +144,14 @@ def script_parser(doc: str, **kwargs) -> argparse.ArgumentParser:
 
 __all__ = ["add_ids", "add_init_states", "add_legacy_first_init_state", "add_tasks", "init_state_range",
            "parse_ids", "parser_with_examples", "script_parser"]
+
+
+def first_missing_folder(path: pathlib.Path) -> pathlib.Path | None:
+    """The topmost folder of ``path`` that does not exist yet (None: ``path`` exists): what a command that fails
+    before writing anything removes again, so that bad input leaves no partial output."""
+    missing = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing = folder
+    return missing
