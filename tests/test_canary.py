@@ -117,6 +117,23 @@ def test_identical_replay_is_ok_a_shift_beyond_the_tolerance_drifts_a_changed_su
     assert [canary.exit_code(r) for r in ([same, near], [same, far], [flipped], [])] == [0, 1, 1, 2]
 
 
+@pytest.mark.quick
+def test_re_recording_one_suite_keeps_the_others_in_order_and_refuses_other_versions(shipped):
+    old_meta, old_arrays = shipped
+    redone = [dict(case, key=f"{case['key']}-new") for case in canary.select(old_meta, ["goal"])]
+    meta = {**{k: v for k, v in old_meta.items() if k not in ("cases", "left_out")}, "cases": redone, "left_out": []}
+    arrays = {f"{c['key']}.{part}": np.zeros(1) for c in redone for part in ("actions", "robot", "objects")}
+    canary.merge_other_suites(meta, arrays, old_meta, old_arrays, ["goal"])
+    assert [c["suite"] for c in meta["cases"]] == sorted((c["suite"] for c in meta["cases"]),
+                                                        key=list(canary.SUITES).index)
+    assert [c["key"] for c in canary.select(meta, ["goal"])] == [c["key"] for c in redone]
+    assert not any(row["suite"] == "goal" for row in meta["left_out"])
+    assert set(arrays) == {f"{c['key']}.{part}" for c in meta["cases"] for part in ("actions", "robot", "objects")}
+    other = {**meta, "reference": {**meta["reference"], "mujoco": "3.1.0"}}
+    with pytest.raises(canary.CanaryError, match="reference"):
+        canary.merge_other_suites(other, {}, old_meta, old_arrays, ["goal"])
+
+
 # ------------------------------------------------------------------------------------ the CLI
 @pytest.mark.quick
 def test_unknown_suite_and_a_missing_simulator_exit_2_naming_the_fix(monkeypatch, capsys):
