@@ -36,11 +36,34 @@ def read_eval(directory: pathlib.Path) -> tuple[float, list[tuple], int]:
     return float(data["summary"]["overall"]["success_rate"]), played, len(played)
 
 
+def rl_checkpoints(run: pathlib.Path) -> list[pathlib.Path]:
+    """A run's checkpoints, oldest first: ``checkpoints/ckpt_*.pt`` (PPO, GRPO) or ``round_R/sft/final.pt`` (RFT)."""
+    if (run / "rft.json").is_file():
+        return sorted(run.glob("round_*/sft/final.pt"), key=lambda p: int(p.parts[-3].split("_")[1]))
+    return sorted((run / "checkpoints").glob("ckpt_*.pt"))
+
+
+def rft_budget(run: pathlib.Path, checkpoint: pathlib.Path) -> tuple[int, float]:
+    """(env steps, minutes) of an RFT run's rounds up to the one that fitted ``checkpoint``: sampled env steps and
+    the minutes of sampling and fitting (trainers/rft.py's rft.json rows), not those of its evaluations."""
+    last = int(checkpoint.resolve().parts[-3].split("_")[1])
+    rows = [r for r in json.loads((run / "rft.json").read_text())["rows"] if 1 <= r["round"] <= last]
+    if len(rows) != last:
+        raise SystemExit(f"{run}/rft.json has rows for rounds {[r['round'] for r in rows]}, not 1..{last}")
+    return sum(r["env_steps"] for r in rows), round(sum(r.get("train_minutes") or 0.0 for r in rows), 1)
+
+
 def run_budget(run: pathlib.Path, checkpoint: str | None = None) -> tuple[int, float]:
     """(env steps, wall minutes) of a training run up to ``checkpoint`` (default: its newest): the checkpoint's
     counter and the sum over resumed segments of TensorBoard's ``time/elapsed_s`` (it restarts at each resume)
-    logged at or before that many env steps."""
+    logged at or before that many env steps; an RFT run's from its rft.json (:func:`rft_budget`)."""
     import torch
+
+    if (run / "rft.json").is_file():
+        checkpoints = rl_checkpoints(run)
+        if not checkpoints:
+            raise SystemExit(f"{run}: no round_R/sft/final.pt")
+        return rft_budget(run, pathlib.Path(checkpoint) if checkpoint else checkpoints[-1])
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     checkpoints = sorted((run / "checkpoints").glob("ckpt_*.pt"))
@@ -91,11 +114,12 @@ def add(args) -> dict:
         raise SystemExit("the SFT and RL reports played different episodes: evaluate both with the same "
                          "--tasks / --init-states / --seed")
     env_steps, minutes = run_budget(pathlib.Path(args.rl_run), args.rl_checkpoint)
-    checkpoints = sorted((pathlib.Path(args.rl_run) / "checkpoints").glob("ckpt_*.pt"))
+    checkpoints = rl_checkpoints(pathlib.Path(args.rl_run))
     sft_checkpoint, rl_checkpoint = args.sft_checkpoint, args.rl_checkpoint or str(checkpoints[-1])
     if args.export_dir:  # the models themselves, trained parameters only, beside the results
         stem = f"libero_{args.suite}_seed{args.seed}"
-        sft_checkpoint = str(save_policy_only(sft_checkpoint, pathlib.Path(args.export_dir) / f"{stem}_sft.pt"))
+        sft_name = f"{stem}_sft{'_' + args.sft_variant if args.sft_variant else ''}.pt"
+        sft_checkpoint = str(save_policy_only(sft_checkpoint, pathlib.Path(args.export_dir) / sft_name))
         rl_name = f"{stem}_{args.method}{'_' + args.variant if args.variant else ''}.pt"
         rl_checkpoint = str(save_policy_only(rl_checkpoint, pathlib.Path(args.export_dir) / rl_name))
     row = {
@@ -136,16 +160,19 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     adding = sub.add_parser("add", help="add (or replace) a measured row")
     for flag in ("--suite", "--method", "--split", "--mode"):
-        adding.add_argument(flag, required=True, choices={"--suite": ("object", "spatial"), "--method": ("grpo", "ppo"),
+        adding.add_argument(flag, required=True, choices={"--suite": ("object", "spatial"), "--method": ("grpo", "ppo", "rft"),
                                                           "--split": ("train", "heldout"),
                                                           "--mode": ("greedy", "sampled")}[flag])
     adding.add_argument("--seed", type=int, required=True, help="the training seed")
     adding.add_argument("--variant", default="", help="the RL config's version (e.g. v3): rows of several configs "
                                                       "for one (suite, seed, method) stand side by side")
+    adding.add_argument("--sft-variant", default="", help="names the exported SFT model (e.g. 3demos: "
+                                                          "libero_object_seed0_sft_3demos.pt), for SFTs of other demos")
     adding.add_argument("--sft-eval", required=True, help="trainers/eval.py report directory of the SFT checkpoint")
     adding.add_argument("--rl-eval", required=True, help="... of the RL checkpoint, on the same episodes")
     adding.add_argument("--sft-checkpoint", required=True)
-    adding.add_argument("--rl-run", required=True, help="the RL run directory (checkpoints/, tensorboard/)")
+    adding.add_argument("--rl-run", required=True, help="the RL run directory (checkpoints/ and tensorboard/, or an "
+                                                         "RFT run's rft.json and round_R/)")
     adding.add_argument("--rl-checkpoint", help="default: the run's newest checkpoint")
     adding.add_argument("--export-dir", help="also save both models there, trained parameters only (for committing), "
                                              "and point the row at those copies, e.g. docs/results/checkpoints")

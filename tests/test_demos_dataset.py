@@ -243,3 +243,28 @@ def test_libero_demos_record_every_camera(tmp_path):
     assert frame["images"]["wrist"].shape == (32, 32, 3) and frame["init_state_id"] == 3 and frame["task_id"] == 0
     assert data.episodes[0]["task_name"] and data.episodes[0]["success"]
     assert frame["instruction"] == data.tasks[0] and len(data) < 300
+
+
+@pytest.mark.quick
+def test_several_datasets_read_as_one_for_demos_plus_rollouts(tmp_path):
+    from vla_gym.data.lerobot.concat import ConcatDemoDataset
+
+    rng = np.random.default_rng(1)
+    demos = [synthetic_episode(rng, 5, 0, "put the bowl on the plate", 3)]
+    rollouts = [synthetic_episode(rng, 4, 1, "pick up the ketchup", 7), synthetic_episode(rng, 3, 0, "put the bowl", 8)]
+    write_dataset(tmp_path / "demos", [episode_table(e, fps=20) for e in demos], fps=20, robot_type="panda")
+    write_dataset(tmp_path / "rollouts", [episode_table(e, fps=20) for e in rollouts], fps=20, robot_type="panda")
+    data = ConcatDemoDataset([tmp_path / "demos", tmp_path / "rollouts"])
+    assert len(data) == 12 and data.num_episodes == 3 and data.cameras == ["main", "wrist"]
+    # frame 5 is the rollouts' first; its chunk of 8 stays inside its own episode (padded, masked)
+    obs, actions, mask = data.batch([4, 5, 11], chunk=8)
+    np.testing.assert_array_equal(obs["images"]["main"][1], rollouts[0].images["main"][0])
+    np.testing.assert_array_equal(actions[1, :4], rollouts[0].action)
+    assert mask[1].tolist() == [True] * 4 + [False] * 4 and mask[0].tolist() == [True] + [False] * 7
+    assert obs["instruction"] == ["put the bowl on the plate", "pick up the ketchup", "put the bowl"]
+    assert data[9]["init_state_id"] == 8
+
+    other = [synthetic_episode(rng, 3, 0, "x", 0, size=8)]
+    write_dataset(tmp_path / "small", [episode_table(e, fps=20) for e in other], fps=20, robot_type="panda")
+    with pytest.raises(ValueError, match="same --cameras and --image-size"):
+        ConcatDemoDataset([tmp_path / "demos", tmp_path / "small"])

@@ -80,3 +80,26 @@ def test_reports_of_different_episodes_are_refused(tmp_path):
                              "--rl-eval", str(rl), "--sft-checkpoint", "x", "--rl-run", str(tmp_path),
                              "--out", str(tmp_path / "r.json")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0 and "played different episodes" in result.stderr
+
+
+def test_an_rft_run_counts_its_rounds_sampling_and_names_the_sft_variant(tmp_path):
+    out = tmp_path / "libero_rl.json"
+    sft = eval_report(tmp_path / "sft", [True, False, False, False])
+    rl = eval_report(tmp_path / "rl", [True, True, False, False])
+    rft = tmp_path / "rft"
+    for r in (1, 2):
+        (rft / f"round_{r}" / "sft").mkdir(parents=True)
+        torch.save({"counters": {}}, rft / f"round_{r}" / "sft" / "final.pt")
+    rows = [{"round": 0, "greedy": 0.25}, {"round": 1, "env_steps": 1000, "train_minutes": 4.0},
+            {"round": 2, "env_steps": 500, "train_minutes": 2.5}]
+    (rft / "rft.json").write_text(json.dumps({"rows": rows}))
+    common = ["--suite", "object", "--seed", "0", "--method", "rft", "--split", "train", "--mode", "greedy",
+              "--sft-eval", str(sft), "--rl-eval", str(rl), "--sft-checkpoint", str(rft / "round_1" / "sft" / "final.pt"),
+              "--rl-run", str(rft), "--out", str(out), "--export-dir", str(tmp_path / "models"), "--sft-variant", "3demos"]
+    run("add", *common, "--rl-checkpoint", str(rft / "round_1" / "sft" / "final.pt"))
+    assert [(r["env_steps"], r["wall_minutes"]) for r in json.loads(out.read_text())["rows"]] == [(1000, 4.0)]
+    run("add", *common)  # the newest round by default: both rounds' sampling and fitting
+    (row,) = json.loads(out.read_text())["rows"]
+    assert (row["method"], row["env_steps"], row["wall_minutes"]) == ("rft", 1500, 6.5)
+    assert pathlib.Path(row["sft_checkpoint"]).name == "libero_object_seed0_sft_3demos.pt"
+    assert pathlib.Path(row["rl_checkpoint"]).name == "libero_object_seed0_rft.pt"

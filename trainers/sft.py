@@ -44,6 +44,7 @@ from torch import nn
 
 from vla_gym.core.registry import check_env_id
 from vla_gym.data.lerobot import DemoDataset
+from vla_gym.data.lerobot.concat import ConcatDemoDataset
 from vla_gym.trainers.algorithms.schedules import schedule
 from vla_gym.trainers.evaluation.periodic import TrainingEvaluator
 from vla_gym.trainers.policies import Policy, make_policy
@@ -94,10 +95,22 @@ def check_dataset_fits(data, observation_space, action_space) -> dict[str, Any]:
     return {"cameras": list(images), "chunk": chunk}
 
 
-def open_dataset(path: str, env_id: str) -> DemoDataset:
+def open_dataset(path: str, env_id: str) -> DemoDataset | ConcatDemoDataset:
     """``sft.dataset``, read, or an error naming the setting and the fix: no such directory, not a finished dataset,
     or recorded on another simulator than ``env.id``'s (its receipt says where; the frames could fit the env's shapes
-    and still teach nothing)."""
+    and still teach nothing). Several directories, comma-separated (demos plus recorded rollouts:
+    ``sft.dataset=runs/demos,runs/rollouts``), are read as one :class:`ConcatDemoDataset`."""
+    parts = [open_one_dataset(p.strip(), env_id) for p in path.split(",") if p.strip()]
+    if len(parts) == 1:
+        return parts[0]
+    try:
+        return ConcatDemoDataset(parts)
+    except ValueError as exc:
+        raise ValueError(f"sft.dataset={path}: {exc}") from None
+
+
+def open_one_dataset(path: str, env_id: str) -> DemoDataset:
+    """One directory of ``sft.dataset`` (:func:`open_dataset`)."""
     root = pathlib.Path(path)
     record = f"record one with `vla-gym demos {env_id if env_id.startswith('VLA/') else 'ENV_ID'} --out DIR`"
     if not root.is_dir():

@@ -1,0 +1,60 @@
+"""trainers/rft.py (rejection-sampling fine-tuning) in short form on real LIBERO: an SFT from a dataset given twice
+(``sft.dataset=A,A``, the several-datasets path), then one RFT round (sample with noise, keep successes, fit,
+evaluate), then the same command again, which finds every step's output and plays nothing.
+
+The 8-step episodes never succeed, so the round fits the demos alone; keeping and cloning successes is
+tests/test_rollout_dataset.py's (``--record-dataset --successes-only``) and tests/test_demos_dataset.py's (several
+datasets read as one).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("libero")
+
+from short_runs import ROOT, SHORT_IMAGE_SIZE, child_env, executable  # noqa: E402
+
+CONFIG = ROOT / "examples" / "configs" / "libero_object_miniature_sft.yaml"
+
+
+#: the SFT config shrunk to two optimizer steps on 8-step episodes (the RFT round's fit takes them too)
+SHORT = ["device=cpu", "torch_threads=1", "sft.max_steps=2", "sft.batch_size=4",
+         f"env.kwargs.image_size={SHORT_IMAGE_SIZE}", "env.kwargs.max_episode_steps=8", "env.num_envs=1",
+         "env.vectorization=sync", "eval.episodes=0", "logging.progress_bar=false", "checkpoint.resume=null"]
+
+
+def test_rft_round_runs_in_short_form_and_resumes(tmp_path):
+    from vla_gym.data.record import record_demos
+
+    demos = tmp_path / "demos"
+    record_demos("VLA/LiberoObject-v0", demos, episodes_per_task=1, task_ids=[0], keep_failures=True,
+                 progress=False, cameras=["main"], image_size=SHORT_IMAGE_SIZE, max_episode_steps=8)
+    sft = subprocess.run([*executable("python"), "trainers/sft.py", "--config", str(CONFIG),
+                          f"run_dir={tmp_path}", "name=sft0", f"sft.dataset={demos},{demos}", *SHORT],
+                         cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=600, check=False)
+    assert sft.returncode == 0, sft.stdout[-2000:] + sft.stderr[-3000:]
+    assert (tmp_path / "sft0" / "final.pt").is_file()
+
+    command = [*executable("python"), "trainers/rft.py", "--sft-config", str(CONFIG), "--demos", str(demos),
+               "--init-checkpoint", str(tmp_path / "sft0" / "final.pt"), "--out", str(tmp_path / "rft"),
+               "--rounds", "1", "--samples-per-start", "1", "--tasks", "0", "--init-states", "0", "--num-envs", "1",
+               "--sync", *SHORT]
+    first = subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=900,
+                           check=False)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    out = tmp_path / "rft"
+    rows = json.loads((out / "rft.json").read_text())["rows"]
+    assert [r["round"] for r in rows] == [0, 1]
+    assert rows[1]["sampled"] == 0.0 and rows[1]["successes_kept"] == 0 and rows[1]["env_steps"] == 8
+    assert (out / "round_1" / "sft" / "final.pt").is_file() and (out / "round_1" / "eval" / "eval.json").is_file()
+    settings = json.loads((out / "round_1" / "sample_1" / "eval.json").read_text())["settings"]
+    assert settings["deterministic"] is False and settings["std"] == 0.05 and settings["seed"] == 1001
+
+    again = subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300,
+                           check=False)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "running:" not in again.stdout and "round 1:" in again.stdout

@@ -1,0 +1,163 @@
+"""Rejection-sampling fine-tuning (RFT; filtered behaviour cloning, expert iteration) on a policy's own successes.
+
+    python trainers/rft.py --sft-config examples/configs/libero_object_miniature_sft.yaml \
+        --demos runs/libero_rl/demos_object_3 --init-checkpoint runs/libero_rl/sft3_object_s0/final.pt \
+        --init-states 0-3 --rounds 2 --samples-per-start 4 --std 0.05 --out runs/libero_rl/rft_object_s0
+    python trainers/rft.py ... sft.epochs=10 seed=1          # key=value: overrides of the SFT config
+
+Each round is three product commands, run one after the other:
+
+1. **sample**: ``trainers/eval.py --checkpoint CURRENT --stochastic --std STD --noise step --record-dataset ...
+   --successes-only`` plays every (task, init state) ``--samples-per-start`` times with exploration noise (a new
+   seed each time) and keeps the successful episodes, with the actions the env executed as labels;
+2. **fit**: ``trainers/sft.py --config SFT_CONFIG sft.dataset=DEMOS,ROLLOUTS...`` clones the demos plus every
+   success kept so far (all rounds), from the SFT config's fresh initialisation, as the first SFT did;
+3. **evaluate**: ``trainers/eval.py --checkpoint OUT/round_R/sft/final.pt`` greedy, on the same starts.
+
+The new policy samples the next round. With a 0/1 success reward this is the policy-improvement step that
+REINFORCE with a zero baseline takes, but fitted to convergence instead of one small on-policy step; it needs no
+critic, no ratio and no trust region (GRPO's group baseline only matters for the failed episodes, which RFT drops).
+
+A step whose output exists (``eval.json``, ``final.pt``) is read, not run again, so a stopped run resumes with the
+same command; ``OUT/rft.json`` holds one row per round (sampled and greedy success, successes kept, env steps,
+minutes of sampling and fitting from ``round_R/minutes.json``), round 0 being the initial checkpoint's greedy
+evaluation.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+import time
+from typing import Any
+
+from vla_gym.runtime.cli_args import script_parser
+from vla_gym.trainers.runtime.results import write_results
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def run(command: list[str], allowed: tuple[int, ...] = (0,)) -> int:
+    print("running:", " ".join(command[1:]), flush=True)
+    code = subprocess.run(command, cwd=ROOT).returncode
+    if code not in allowed:
+        raise SystemExit(f"rft: `{' '.join(command[1:])}` failed with exit code {code}")
+    return code
+
+
+def played(report_dir: pathlib.Path) -> dict[str, Any]:
+    """Episodes, successes and env steps of one evaluation report."""
+    report = json.loads((report_dir / "eval.json").read_text())
+    episodes = report.get("episodes") or []
+    overall = report["summary"]["overall"]
+    steps = sum(int(e.get("length", 0)) for e in episodes) if episodes else int(overall["mean_length"] *
+                                                                              overall["episodes"])
+    return {"episodes": overall["episodes"], "successes": overall["successes"], "env_steps": steps}
+
+
+def train_minutes(round_dir: pathlib.Path) -> float | None:
+    """Minutes a round spent sampling and fitting (not evaluating), None when a step's time was not recorded."""
+    path = round_dir / "minutes.json"
+    minutes = json.loads(path.read_text()) if path.is_file() else {}
+    spent = [v for k, v in minutes.items() if k.startswith("sample_") or k == "sft"]
+    return round(sum(spent), 1) if spent and "sft" in minutes else None
+
+
+class RFTRun:
+    """The rounds of one RFT run in ``out`` (the module docstring)."""
+
+    def __init__(self, args):
+        self.args, self.out = args, pathlib.Path(args.out)
+        self.starts = [*(["--tasks", *args.tasks] if args.tasks else []), "--init-states", *args.init_states,
+                       "--num-envs", str(args.num_envs), *([] if args.sync else ["env.vectorization=async"])]
+
+    def timed(self, step: pathlib.Path, command: list[str], allowed: tuple[int, ...] = (0,)) -> None:
+        """Run one step's command and add its minutes to its round's ``minutes.json`` (the cost the table reports)."""
+        started = time.monotonic()
+        run(command, allowed)
+        path = step.parent / "minutes.json"
+        minutes = json.loads(path.read_text()) if path.is_file() else {}
+        minutes[step.name] = round((time.monotonic() - started) / 60.0, 2)
+        write_results(path, minutes)
+
+    def evaluate(self, checkpoint: str, out: pathlib.Path, sampled_seed: int | None = None,
+                 record: pathlib.Path | None = None) -> dict[str, Any]:
+        if not (out / "eval.json").is_file():
+            command = [sys.executable, "trainers/eval.py", "--checkpoint", checkpoint, "--out", str(out)]
+            if sampled_seed is not None:
+                command += ["--stochastic", "--std", str(self.args.std), "--noise", "step", "--seed", str(sampled_seed)]
+            if record is not None:
+                command += ["--record-dataset", str(record), "--successes-only"]
+            # exit code 1 with --successes-only: no success to keep, the report is written all the same
+            self.timed(out, command + self.starts, allowed=(0, 1) if record is not None else (0,))
+        return played(out)
+
+    def fit(self, round_dir: pathlib.Path, datasets: list[str]) -> str:
+        final = round_dir / "sft" / "final.pt"
+        if not final.is_file():
+            self.timed(round_dir / "sft", [sys.executable, "trainers/sft.py", "--config", self.args.sft_config, f"run_dir={round_dir}",
+                 "name=sft", f"sft.dataset={','.join(datasets)}", *self.args.overrides])
+        return str(final)
+
+    def learn(self) -> list[dict[str, Any]]:
+        args, started = self.args, time.monotonic()
+        current = args.init_checkpoint
+        rows = [{"round": 0, "checkpoint": current, "greedy": self.rate(self.evaluate(current, self.out / "round_0" /
+                                                                                      "eval"))}]
+        datasets = [args.demos]
+        for r in range(1, args.rounds + 1):
+            round_dir = self.out / f"round_{r}"
+            samples = []
+            for k in range(1, args.samples_per_start + 1):
+                record = round_dir / f"rollouts_{k}"
+                samples.append(self.evaluate(current, round_dir / f"sample_{k}", 1000 * r + k, record))
+                if (record / "meta" / "info.json").is_file():
+                    datasets.append(str(record))
+            current = self.fit(round_dir, datasets)
+            greedy = self.evaluate(current, round_dir / "eval")
+            rows.append({"round": r, "checkpoint": current, "greedy": self.rate(greedy),
+                         "sampled": self.rate(self.total(samples)), "successes_kept": self.total(samples)["successes"],
+                         "datasets": len(datasets), "env_steps": self.total(samples)["env_steps"],
+                         "train_minutes": train_minutes(round_dir)})
+            write_results(self.out / "rft.json", {"args": vars(args), "rows": rows,
+                                                  "wall_minutes_this_segment": (time.monotonic() - started) / 60})
+            print(f"round {r}: sampled {rows[-1]['sampled']:.3f}, kept {rows[-1]['successes_kept']} successes, "
+                  f"greedy {rows[0]['greedy']:.3f} -> {rows[-1]['greedy']:.3f}", flush=True)
+        return rows
+
+    @staticmethod
+    def total(results: list[dict[str, Any]]) -> dict[str, Any]:
+        return {key: sum(r[key] for r in results) for key in ("episodes", "successes", "env_steps")}
+
+    @staticmethod
+    def rate(result: dict[str, Any]) -> float:
+        return result["successes"] / max(1, result["episodes"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = script_parser(__doc__)
+    parser.add_argument("--sft-config", required=True, help="the SFT config of the initial checkpoint")
+    parser.add_argument("--demos", required=True, help="the demos the initial checkpoint was cloned from")
+    parser.add_argument("--init-checkpoint", required=True, help="the policy that samples round 1")
+    parser.add_argument("--out", required=True, help="run directory (round_R/ per round, rft.json)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--samples-per-start", type=int, default=4, help="sampled episodes per (task, init state)")
+    parser.add_argument("--std", type=float, default=0.05, help="exploration noise per step and action dimension")
+    parser.add_argument("--init-states", nargs="+", default=["0-3"], help="the starts trained (and evaluated) on")
+    parser.add_argument("--tasks", nargs="+", default=None, help="only these task ids (default: all)")
+    parser.add_argument("--num-envs", type=int, default=2)
+    parser.add_argument("--sync", action="store_true", help="envs in this process (default: one process each)")
+    parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="overrides of the SFT config")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.samples_per_start < 1 or args.std <= 0:
+        parser.error("--rounds and --samples-per-start must be >= 1 and --std > 0")
+    for name in ("sft_config", "init_checkpoint", "demos"):
+        if not pathlib.Path(getattr(args, name)).exists():
+            parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: no such file or directory")
+    RFTRun(args).learn()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
