@@ -21,6 +21,9 @@ env id, keyword arguments, wrappers and cameras, the checkpoint's SHA-256), the 
 (task, init state, seed, outcome, the instruction the policy read). ``--replay A/eval.json`` plays the same
 episodes with the same checkpoint, env and settings again, writes the new report to ``--out`` (default
 ``A/replay``) and prints what changed: package versions and each episode whose outcome differs (exit 1 if any).
+An episode cut short by a failed env worker (hung, died or raised: ``env.on_worker_failure=respawn``, the default for
+``env.vectorization=async``) is played again from the same task, init state and seed, and never counted as a policy
+failure; ``eval.json``'s summary says how many were (``replayed_after_fault``; docs/reliability.md).
 ``--record-dataset DIR [--successes-only]`` also writes the evaluated episodes as a LeRobot v3 dataset, the
 layout of ``vla-gym demos`` with the policy's actions as labels, which ``trainers/sft.py`` reads
 (:mod:`vla_gym.trainers.evaluation.rollout_dataset`).

@@ -319,6 +319,8 @@ class GRPO(OnPolicyAlgorithm):
         keep = torch.ones(len(results), dtype=torch.bool)
         if hp.filter_uniform_groups:
             keep = mixed.repeat_interleave(hp.group_size)
+        # an episode cut by a failed env worker (info["env_failure"]): its actions were not judged by the env
+        keep &= torch.tensor([result.env_failure is None for result in results], dtype=torch.bool)
 
         prepared, rows_per_episode = [], torch.zeros(len(results))
         for obs, actions, log_probs, jobs, sub_steps in records:

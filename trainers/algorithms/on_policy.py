@@ -47,7 +47,7 @@ from vla_gym.trainers.runtime.contract import (
     env_contract,
 )
 from vla_gym.trainers.runtime.distributed import Distributed
-from vla_gym.trainers.runtime.envs import make_envs
+from vla_gym.trainers.runtime.envs import make_envs, worker_restarts
 from vla_gym.trainers.runtime.run import TrainingRun
 
 #: metrics every update reports (averaged over minibatches and ranks)
@@ -185,6 +185,9 @@ class OnPolicyAlgorithm(SB3Interface):
                 with self.dist.gathered(self.policy):  # fsdp: whole parameters for the rollout
                     buffer, num_minibatches, metrics = self.collect_rollouts()
                 t1 = time.perf_counter()
+                restarts = worker_restarts(self.envs)
+                if restarts is not None:  # workers restarted so far (hung, dead or raising sub-envs), all ranks
+                    metrics["env/worker_restarts"] = self.dist.sum_tensor(torch.tensor([float(restarts)])).item()
                 metrics.update(self._update(buffer, num_minibatches))
                 self._update_statistics(buffer)
                 self.num_updates += 1

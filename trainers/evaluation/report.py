@@ -9,7 +9,9 @@ played episodes.
 :class:`~vla_gym.trainers.rollout.episode_plan.EpisodeResult` (or any :class:`~vla_gym.core.episodes.Episode`).
 Each entry also holds ``successes``, ``success_episodes`` (the episodes that reported success: all of them for
 envs that report it) and ``ci95``, the 95 % Wilson score interval ``[low, high]`` of the success rate (None when
-no episode reported success; :mod:`vla_gym.trainers.evaluation.stats`). ``vla-gym compare A/eval.json
+no episode reported success; :mod:`vla_gym.trainers.evaluation.stats`), ``replayed_after_fault`` (plays cut by a
+failed env worker and played again: never counted as policy failures) and ``cut_by_fault`` (episodes still cut
+after their replays: left out of the success rate and the means; docs/reliability.md). ``vla-gym compare A/eval.json
 B/eval.json`` compares two reports episode by episode (:mod:`vla_gym.trainers.evaluation.compare`).
 """
 from __future__ import annotations
@@ -36,7 +38,7 @@ def summarize(results: Sequence[Episode]) -> dict[str, Any]:
     def stats(rows: Sequence[Episode]) -> dict[str, Any]:
         means = episodes.summarize(rows)
         nan = float("nan")
-        judged = [bool(row.success) for row in rows if row.success is not None]
+        judged = [bool(row.success) for row in rows if row.success is not None and row.env_failure is None]
         return {
             "episodes": len(rows),
             "success_rate": means.get(episodes.SUCCESS_ONCE, nan),
@@ -45,6 +47,8 @@ def summarize(results: Sequence[Episode]) -> dict[str, Any]:
             "successes": sum(judged),
             "success_episodes": len(judged),
             "ci95": list(wilson_interval(sum(judged), len(judged))) if judged else None,
+            "replayed_after_fault": sum(getattr(row, "replays", 0) for row in rows),
+            "cut_by_fault": sum(row.env_failure is not None for row in rows),
         }
 
     by_task: dict[str, list[Episode]] = collections.defaultdict(list)
@@ -66,6 +70,12 @@ def markdown_table(summary: dict[str, Any]) -> str:
     lines.append("")
     lines.append("95 % CI: Wilson score interval of the success rate over the episodes of the row "
                  "(docs/evaluation.md#statistics).")
+    overall = summary["overall"]
+    if overall.get("replayed_after_fault") or overall.get("cut_by_fault"):
+        lines.append("")
+        lines.append(f"Env faults: {overall.get('replayed_after_fault', 0)} plays cut by a failed env worker were "
+                     f"played again; {overall.get('cut_by_fault', 0)} episodes stayed cut and are left out of the "
+                     "success rate (docs/reliability.md).")
     return "\n".join(lines) + "\n"
 
 

@@ -20,6 +20,10 @@ S=1. On envs that can pipeline (async workers) each env samples its actions from
 torch's global one at each rollout, so the rollout is the same for every S; on others (sync, the GPU-batched env)
 the batch samples from the global generator in one draw.
 
+A step whose env worker failed (``info["env_failure"]``: hung, died or raised, and was restarted;
+:mod:`vla_gym.vector.respawn`) ends its episode as truncated; its transition (an action the env never finished) is
+stored as invalid, and the cut episode is left out of the ``env/...`` metrics.
+
 A step that is both terminated and truncated counts as terminated (no bootstrap). With
 ``bootstrap_terminated=True`` terminations are bootstrapped like truncations (ManiSkill's PPO does this for
 its success terminations, so that a dense-reward agent is not better off hovering next to the goal).
@@ -36,6 +40,7 @@ from vla_gym.trainers.rollout.batch import stack, to_torch
 from vla_gym.trainers.rollout.buffer import RolloutBuffer
 from vla_gym.trainers.rollout.pipeline import StagedStepper, cat_torch, row_generators, seeded_generators, split
 from vla_gym.trainers.runtime.envs import autoreset_mode, env_attr
+from vla_gym.vector.respawn import failed_rows
 
 
 class EpisodeTracker:
@@ -125,7 +130,7 @@ class RolloutCollector:
                     outs[g] = self._act_and_send(g, generators)
             _, rewards, terminated, truncated, infos = stepper.results()
             dones = terminated | truncated
-            valid = self.tracker.step(rewards, terminated, truncated, infos)
+            valid = self.tracker.step(rewards, terminated, truncated, infos) & ~failed_rows(infos, len(rewards))
             step_rewards = torch.as_tensor(rewards, dtype=torch.float32)
             bootstrap = dones if self.bootstrap_terminated else truncated & ~terminated
             if not next_step and bootstrap.any():

@@ -38,13 +38,15 @@ class EpisodeSpec:
 @dataclass(frozen=True)
 class EpisodeResult(Episode):
     """A played :class:`EpisodeSpec`: the :class:`~vla_gym.core.episodes.Episode` (``success`` None: the env does not
-    report ``info["success"]``), the spec's position ``index`` in the list given to ``run``, its video and the
-    instruction its policy read (None: the observation has none)."""
+    report ``info["success"]``), the spec's position ``index`` in the list given to ``run``, its video, the
+    instruction its policy read (None: the observation has none) and ``replays``: how many earlier plays of the
+    spec were cut by a failed env worker and played again (``env_failure`` set: this play was cut too)."""
 
     index: int = -1
     spec: EpisodeSpec = EpisodeSpec()
     video: str | None = None
     instruction: str | None = None
+    replays: int = 0
 
 
 def suite_specs(

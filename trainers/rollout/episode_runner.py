@@ -28,6 +28,13 @@ waits for the vector step's end, where the freed envs are reset (after the other
 drained). Each episode samples from its own generator (seeded from torch's global one when ``run`` starts), so an
 episode's actions do not depend on S, on which env slot plays it, or on which envs share its batch.
 
+Faults: an episode cut short by a failed env worker (its last info has ``env_failure``: the worker hung, died or
+raised and was restarted, :mod:`vla_gym.vector.respawn`) is played again from the same spec (task, init state,
+seed), up to :data:`MAX_FAULT_REPLAYS` times, and its result counts the replays (``EpisodeResult.replays``); one
+still cut after that comes back with its ``env_failure`` (reports leave it out of the success rate). With a
+``recorder`` or ``on_step`` (GRPO) the steps are already recorded, so a cut episode comes back as it ended,
+marked by ``env_failure``, unless ``replay_faults=True``.
+
 Videos are composed from ``obs["images"]`` (:func:`vla_gym.core.video.video_frame`: cameras + instruction and
 status overlay) or, for envs without cameras, from ``render()`` (make the env with ``render_mode="rgb_array"``).
 """
@@ -63,6 +70,8 @@ Recorder = Callable[[Any, torch.Tensor, torch.Tensor, np.ndarray], None]
 #: ``chunk_steps[i]`` the env steps env i ran in it (``info["chunk_steps"]`` of an ActionChunk, -1 when not reported).
 #: A job's k-th on_step is the result of its k-th recorded step (GRPO masks the sub-actions a chunk did not run)
 StepObserver = Callable[[np.ndarray, np.ndarray], None]
+#: times an episode cut by a failed env worker is played again before its cut result is kept
+MAX_FAULT_REPLAYS = 3
 
 
 class EpisodeRunner:
@@ -120,11 +129,16 @@ class EpisodeRunner:
         self, specs: Sequence[EpisodeSpec], deterministic: bool = True, recorder: Recorder | None = None,
         video_dir: str | os.PathLike | None = None, video_episodes: int = 0, video_prefix: str = "episode",
         on_step: StepObserver | None = None, act_kwargs: dict[str, Any] | None = None,
+        replay_faults: bool | None = None,
     ) -> list[EpisodeResult]:
         """Play every spec once; results in spec order. ``act_kwargs``: extra keywords of ``policy.act`` (GRPO's
-        ``per_dim`` / ``executed``)."""
+        ``per_dim`` / ``executed``). ``replay_faults``: play an episode cut by a failed env worker again (default:
+        unless a ``recorder`` or ``on_step`` watches the steps; module docstring)."""
         if not specs:  # e.g. a rank whose share of too few evaluation episodes is none
             return []
+        if replay_faults is None:
+            replay_faults = recorder is None and on_step is None
+        replays = collections.Counter()  # spec index -> plays cut by a fault so far
         act_kwargs = dict(act_kwargs or {})
         n = self.num_envs
         queue = TaskAffinityQueue(specs)
@@ -201,9 +215,17 @@ class EpisodeRunner:
                     frames[job[i]].append(self._frame(last, i, int(counter.lengths[i]), float(rewards[i]),
                                                       float(counter.returns[i]), bool(counter.success[i])))
                 if i in ended:
-                    results[int(job[i])] = self._result(ended[i], int(job[i]), specs[job[i]], frames.pop(job[i], None),
-                                                        video_dir, video_prefix, instructions.pop(int(job[i])))
-                    queue.done(specs[job[i]].task_id)
+                    k = int(job[i])
+                    queue.done(specs[k].task_id)
+                    if ended[i].env_failure is not None and replay_faults and replays[k] < MAX_FAULT_REPLAYS:
+                        replays[k] += 1  # cut by a failed worker, not by the policy: play it again
+                        frames.pop(k, None)
+                        instructions.pop(k, None)
+                        queue.put_back(k, specs[k].task_id)
+                        self.loaded_tasks[i] = None  # a new worker: the task it has loaded is unknown
+                    else:
+                        results[k] = self._result(ended[i], k, specs[k], frames.pop(k, None), video_dir, video_prefix,
+                                                  instructions.pop(k), replays[k])
                     job[i] = -1
                     freed.append(i)
             if freed and queue:
@@ -217,12 +239,13 @@ class EpisodeRunner:
         return [results[k] for k in sorted(results)]
 
     def _result(self, episode: Episode, index: int, spec: EpisodeSpec, frames: list[np.ndarray] | None,
-                video_dir: str | os.PathLike | None, video_prefix: str, instruction: str | None = None) -> EpisodeResult:
+                video_dir: str | os.PathLike | None, video_prefix: str, instruction: str | None = None,
+                replays: int = 0) -> EpisodeResult:
         task_id = episode.task_id if episode.task_id is not None else spec.task_id
         video = _write_video(frames, video_dir, f"{video_prefix}-{index:04d}", self._fps()) if frames else None
         return EpisodeResult(**dict(asdict(episode), task_id=task_id,
                                     task_name=episode.task_name or self.task_names.get(task_id, "")),
-                             index=index, spec=spec, video=video, instruction=instruction)
+                             index=index, spec=spec, video=video, instruction=instruction, replays=replays)
 
     # ----------------------------------------------------------------------------------------- video
     def _frame(self, one: Any, i: int, step: int, reward: float, episode_return: float, success: bool):

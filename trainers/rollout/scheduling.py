@@ -25,7 +25,8 @@ class TaskAffinityQueue:
 
     ``take(loaded_task)`` returns the next episode of ``loaded_task`` if one is queued; else the first
     queued episode of the task with the most queued episodes per env working on it (ties: the task that
-    comes first in ``specs``). ``done(task)`` tells it an env finished an episode of ``task``. Specs
+    comes first in ``specs``). ``done(task)`` tells it an env finished an episode of ``task``; ``put_back(index,
+    task)`` queues an episode again. Specs
     without a task form one first-in-first-out queue.
     """
 
@@ -53,3 +54,7 @@ class TaskAffinityQueue:
 
     def done(self, task: int | None) -> None:
         self.working[task] -= 1
+
+    def put_back(self, index: int, task: int | None) -> None:
+        """Queue episode ``index`` of ``task`` again, first in line (its play was cut by a failed env worker)."""
+        self.pending.setdefault(task, collections.deque()).appendleft(index)

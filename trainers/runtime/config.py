@@ -47,9 +47,21 @@ class EnvConfig:
     #: wrapper specs handed to vla_gym.make_vec (vla_gym env ids only), innermost first: EpisodeMetrics,
     #: package.module:Class or {name: ActionChunk, kwargs: {chunk_size: 8}} (vla_gym/vector/wrapper_spec.py)
     wrappers: list[Any] = field(default_factory=list)
+    #: vectorization async: seconds a sub-env's step or reset may take before its worker counts as failed (null: no
+    #: limit); docs/reliability.md
+    step_timeout: float | None = 120.0
+    #: vectorization async: "respawn" restarts a failed (hung, dead, raising) worker and ends its episode as truncated
+    #: with info["env_failure"]; "raise" stops the run (WorkerCrashedError)
+    on_worker_failure: Literal["respawn", "raise"] = "respawn"
+    #: with respawn: a sub-env that fails more often than this in a row stops the run
+    max_worker_restarts: int = 3
 
     def __post_init__(self):
         _at_least_one("env", {"num_envs": self.num_envs})
+        if self.step_timeout is not None and not self.step_timeout > 0:
+            raise ConfigError(f"env.step_timeout={self.step_timeout}: must be a positive number of seconds, or null")
+        if self.max_worker_restarts < 0:
+            raise ConfigError(f"env.max_worker_restarts={self.max_worker_restarts}: must be at least 0")
 
 
 @dataclass
@@ -205,7 +217,8 @@ class SFTConfig:
     """Behaviour cloning (trainers/sft.py). An SFT update is one optimizer step: checkpoint.every, eval.every and
     logging.log_interval count them."""
 
-    #: LeRobot v3 dataset directory (``vla-gym demos ENV_ID --out DIR``)
+    #: LeRobot v3 dataset directory (``vla-gym demos ENV_ID --out DIR``), or several comma-separated (demos plus
+    #: ``trainers/eval.py --record-dataset`` rollouts), read as one
     dataset: str | None = None
     #: passes over the dataset
     epochs: int = 10

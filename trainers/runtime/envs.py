@@ -9,6 +9,10 @@ wrapper specs, parsed by :mod:`vla_gym.vector.wrapper_spec`: ``EpisodeMetrics``,
 (CartPole-v1, ...) through vla_gym's Sync/Async vector envs (gymnasium's, plus per-sub-env reset options and
 stepping a subset of the sub-envs for pipelined rollouts: :mod:`vla_gym.vector.envs`) in SAME_STEP autoreset mode. The
 trainers handle both autoreset modes (NEXT_STEP and SAME_STEP), whichever the vector env reports.
+
+Async envs get ``env.step_timeout``, ``env.on_worker_failure`` and ``env.max_worker_restarts`` (defaults 120 s,
+respawn, 3): a hung, dead or raising worker is restarted and its episode ends as truncated with
+``info["env_failure"]`` (:mod:`vla_gym.vector.respawn`, docs/reliability.md).
 """
 from __future__ import annotations
 
@@ -34,13 +38,27 @@ def make_envs(cfg: EnvConfig, num_envs: int, kwargs: dict[str, Any] | None = Non
             # its simulator is not installed: making one env here raises the backend's own error (what to
             # install), cheaply and once, instead of a traceback from every worker process
             make(cfg.id, **env_kwargs).close()
-        return make_vec(cfg.id, num_envs, vectorization=cfg.vectorization, wrappers=wrappers, **env_kwargs)
+        on_gpu = str(env_kwargs.get("device") or "").startswith("cuda")
+        faults = failure_options(cfg) if cfg.vectorization == "async" and not on_gpu else {}
+        return make_vec(cfg.id, num_envs, vectorization=cfg.vectorization, wrappers=wrappers, **faults, **env_kwargs)
     if cfg.wrappers:
         raise ValueError(f"env.wrappers applies to vla_gym ids (VLA/...), not {cfg.id!r}; remove it")
     factory = functools.partial(gym.make, cfg.id, **env_kwargs)
     if cfg.vectorization == "async":
-        return VLAAsyncVectorEnv([factory] * num_envs, env_id=cfg.id, autoreset_mode=AutoresetMode.SAME_STEP)
+        return VLAAsyncVectorEnv([factory] * num_envs, env_id=cfg.id, autoreset_mode=AutoresetMode.SAME_STEP,
+                                 **failure_options(cfg))
     return VLASyncVectorEnv([factory] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def failure_options(cfg: EnvConfig) -> dict[str, Any]:
+    """The keywords of an async vector env's step timeout and worker respawn, from ``cfg``."""
+    return {"step_timeout": cfg.step_timeout, "on_worker_failure": cfg.on_worker_failure,
+            "max_worker_restarts": cfg.max_worker_restarts}
+
+
+def worker_restarts(envs: VectorEnv) -> int | None:
+    """Workers restarted so far (:mod:`vla_gym.vector.respawn`); None for envs without worker processes."""
+    return getattr(getattr(envs, "unwrapped", envs), "worker_restarts", None)
 
 
 def autoreset_mode(envs: VectorEnv) -> AutoresetMode:

@@ -21,7 +21,7 @@ every episode that ended::
     >>> episodes = counter.step([0.0, 0.5], [False, True], [False, False],
     ...                         {**infos, "final_info": final, "_final_info": np.array([False, True])})
     >>> episodes
-    [Episode(episode_return=1.5, length=6, success=True, task_id=None, task_name='PushCube', env_index=1)]
+    [Episode(episode_return=1.5, length=6, success=True, task_id=None, task_name='PushCube', env_index=1, env_failure=None)]
     >>> episodes[0].metrics()["env/success_once"], summarize(episodes)["env/success_once/PushCube"]
     (1.0, 1.0)
 
@@ -39,6 +39,9 @@ The rules (the contract):
   and None when the env never reported ``info["success"]`` (CartPole): such episodes are left out of success
   means instead of counting as failures.
 - **Task**: ``info["task_id"]`` / ``info["task_name"]`` of the episode's last step.
+- **Faults**: an episode whose last step's info has ``env_failure`` (its worker hung, died or raised and was
+  restarted: :mod:`vla_gym.vector.respawn`) was cut short by the simulator, not ended by the policy: its
+  :class:`Episode` keeps the text in ``env_failure`` and the statistics below leave it out.
 
 Statistics: :func:`summarize` (one process: means, ``env/episodes``, ``env/success_once/<task>``) and
 :func:`episode_sums` (sums and counts, for pooled means over torchrun ranks; every rank passes the same
@@ -63,6 +66,7 @@ TASK_NAME = "task_name"          #: str
 FINAL_INFO = "final_info"        #: SAME_STEP autoreset: the info of the step that ended the episode
 FINAL_OBS = "final_obs"          #: SAME_STEP autoreset: the observation of the step that ended the episode
 METRICS_KEY = "episode_metrics"  #: EpisodeMetrics wrapper: Episode.metrics() at the last step of an episode
+ENV_FAILURE = "env_failure"      #: str: the sub-env's worker failed and was restarted (vla_gym.vector.respawn)
 
 # ---------------------------------------------------------------------------------------- metric names
 RETURN = "env/return"
@@ -75,7 +79,8 @@ METRIC_NAMES = (RETURN, LENGTH, SUCCESS_ONCE, REWARD)
 
 @dataclass(frozen=True)
 class Episode:
-    """One finished episode: return, length in env steps, success at any step (None: not reported), task."""
+    """One finished episode: return, length in env steps, success at any step (None: not reported), task;
+    ``env_failure``: why the episode was cut short by a failed worker (None: it was not)."""
 
     episode_return: float
     length: int
@@ -83,6 +88,7 @@ class Episode:
     task_id: int | None = None
     task_name: str = ""
     env_index: int = 0
+    env_failure: str | None = None
 
     @property
     def mean_reward(self) -> float:
@@ -164,11 +170,12 @@ class EpisodeCounter:
         for i in np.flatnonzero(counted & dones):
             source = infos[FINAL_INFO] if final[i] else infos
             task_id = masked(source, TASK_ID, i)
+            failure = masked(source, ENV_FAILURE, i)
             episodes.append(Episode(
                 episode_return=float(self.returns[i]), length=int(self.lengths[i]),
                 success=bool(self.success[i]) if self.reports_success[i] else None,
                 task_id=None if task_id is None else int(task_id), task_name=str(masked(source, TASK_NAME, i) or ""),
-                env_index=int(i),
+                env_index=int(i), env_failure=None if failure is None else str(failure),
             ))
         return episodes
 
@@ -267,7 +274,8 @@ def episode_sums(episodes: Iterable[Episode | Mapping[str, Any]], tasks: Sequenc
 
     Every key is present even with count 0, so processes that pool them (``Distributed.weighted_mean``) agree
     on the keys when they pass the same ``tasks``. Episodes may be :class:`Episode` records (or subclasses
-    such as the runner's ``EpisodeResult``) or :meth:`Episode.metrics` dicts.
+    such as the runner's ``EpisodeResult``) or :meth:`Episode.metrics` dicts. Episodes cut by a failed worker
+    (``env_failure``) are left out: the policy did not end them.
     """
     per_task = {name: f"{SUCCESS_ONCE}/{name}" for name in tasks}
     sums = dict.fromkeys((*METRIC_NAMES, *per_task.values()), 0.0)
@@ -278,6 +286,8 @@ def episode_sums(episodes: Iterable[Episode | Mapping[str, Any]], tasks: Sequenc
         counts[key] += 1
 
     for episode in map(as_episode, episodes):
+        if episode.env_failure is not None:
+            continue
         add(RETURN, episode.episode_return)
         add(LENGTH, episode.length)
         add(REWARD, episode.mean_reward)
@@ -289,11 +299,12 @@ def episode_sums(episodes: Iterable[Episode | Mapping[str, Any]], tasks: Sequenc
 
 
 def summarize(episodes: Iterable[Episode | Mapping[str, Any]]) -> dict[str, float]:
-    """Means of the ``env/...`` metrics, ``env/episodes`` and ``env/success_once/<task_name>`` per named task.
+    """Means of the ``env/...`` metrics, ``env/episodes`` and ``env/success_once/<task_name>`` per named task
+    (episodes cut by a failed worker left out).
 
     ``{}`` for no episodes; ``env/success_once`` is missing when no episode reported success.
     """
-    episodes = [as_episode(episode) for episode in episodes]
+    episodes = [episode for episode in map(as_episode, episodes) if episode.env_failure is None]
     if not episodes:
         return {}
     sums, counts = episode_sums(episodes, sorted({e.task_name for e in episodes if e.task_name}))

@@ -44,16 +44,21 @@ Stepping some sub-envs only (pipelined rollouts, ``trainers/rollout/pipeline.py`
 actions)`` / ``step_rows_wait(rows)``, SB3's ``step_async`` / ``step_wait`` for a subset of the sub-envs (the
 classes' docstrings). :func:`concat_infos` joins the infos of row blocks into the whole step's.
 
-Faults: if an async worker process dies (segfault, out-of-memory kill), the call raises
-:class:`WorkerCrashedError` naming the sub-env, its task and the exit code, and the vector env is
-closed (remaining workers are terminated): nothing hangs. Make a new vector env to continue.
+Faults: by default (``on_worker_failure="raise"``), if an async worker process dies (segfault, out-of-memory
+kill), the call raises :class:`WorkerCrashedError` naming the sub-env, its task and the exit code, and the vector
+env is closed (remaining workers are terminated): nothing hangs. Make a new vector env to continue.
+``step_timeout=seconds`` also stops a step or reset that hangs (WorkerCrashedError). ``on_worker_failure="respawn"``
+instead restarts the failed sub-env's worker, ends its episode as truncated with ``info["env_failure"]`` saying why,
+and goes on; more than ``max_worker_restarts`` failures of one sub-env in a row stop the run
+(:mod:`vla_gym.vector.respawn`, docs/reliability.md)::
+
+    envs = vla_gym.make_vec("VLA/LiberoSpatial-v0", 4, step_timeout=120, on_worker_failure="respawn")
 """
 from __future__ import annotations
 
 import copy
 import functools
 import inspect
-import signal
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -69,14 +74,11 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 from vla_gym.core.env import sub_env_options
 from vla_gym.core.make import make
 from vla_gym.core.registry import check_env_id
+from vla_gym.vector.respawn import RespawnMixin, WorkerCrashedError, check_failure_options, exit_cause
 from vla_gym.vector.wrapper_spec import parse_wrapper, parse_wrappers
 
 VECTORIZATIONS = ("async", "sync")
 AUTORESET_MODE = AutoresetMode.SAME_STEP
-
-
-class WorkerCrashedError(RuntimeError):
-    """An async vector env's worker process died; the message names the sub-env and its task."""
 
 
 def resolve_wrapper(spec, key: str = "wrapper") -> Callable[..., gym.Env]:
@@ -104,14 +106,8 @@ def _make_sub_env(env_id: str, env_kwargs: Mapping[str, Any], wrappers: Sequence
 
 
 def _describe_exit(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "exit code unknown"
-    if exitcode < 0:
-        try:
-            return f"killed by signal {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"killed by signal {-exitcode}"
-    return f"exit code {exitcode}"
+    cause = exit_cause(exitcode)
+    return f"killed by {cause}" if cause.startswith("signal") else cause
 
 
 def _guard_worker_crash(method, during: str, needs_idle_rows: bool = False):
@@ -188,9 +184,11 @@ class _RowStepping:
                 np.array([result[3] for result in results], dtype=np.bool_), _info_rows(infos, rows))
 
 
-class VLAAsyncVectorEnv(_RowStepping, AsyncVectorEnv):
+class VLAAsyncVectorEnv(RespawnMixin, _RowStepping, AsyncVectorEnv):
     """gymnasium's AsyncVectorEnv that reports a dead worker by sub-env index and task (module docstring), takes
-    per-sub-env reset options and steps any subset of its sub-envs while the others step.
+    per-sub-env reset options and steps any subset of its sub-envs while the others step. ``step_timeout``,
+    ``on_worker_failure`` and ``max_worker_restarts`` (keywords; defaults None, "raise", 3) stop hung steps and
+    restart failed workers (:mod:`vla_gym.vector.respawn`).
 
     ``step_rows_async(rows, actions)``: start the sub-envs ``rows`` (distinct indices; none of them may still be
     stepping) on ``actions`` (a batch with one action per row, in ``rows`` order) and return at once; other rows
@@ -214,19 +212,25 @@ class VLAAsyncVectorEnv(_RowStepping, AsyncVectorEnv):
     #: step_rows_async returns while the sub-envs step in their worker processes (pipelined rollouts)
     steps_rows_in_background = True
 
-    def __init__(self, env_fns, env_id: str = "", **kwargs):
+    def __init__(self, env_fns, env_id: str = "", step_timeout: float | None = None, on_worker_failure: str = "raise",
+                 max_worker_restarts: int = 3, **kwargs):
+        check_failure_options(step_timeout, on_worker_failure, max_worker_restarts)  # before any process starts
         self.env_id = env_id
-        self._task_names = ["not reset yet"] * len(env_fns)
+        #: what each sub-env's infos said of its episode: task_id, task_name, init_state_id (crash reports)
+        self._episodes: list[dict[str, Any]] = [{} for _ in env_fns]
         self._rows_stepping: set[int] = set()
         super().__init__(env_fns, **kwargs)
+        self._supervise(step_timeout, on_worker_failure, max_worker_restarts)
 
     def _remember_tasks(self, infos: Mapping[str, Any], rows: Sequence[int] | None = None) -> None:
-        names, mask = infos.get("task_name"), infos.get("_task_name")
-        if names is None or mask is None:
-            return
-        for k, index in enumerate(range(self.num_envs) if rows is None else rows):
-            if mask[k]:
-                self._task_names[index] = str(names[k])
+        for key in ("task_id", "task_name", "init_state_id"):
+            values, mask = infos.get(key), infos.get("_" + key)
+            if values is None or mask is None:
+                continue
+            for k, index in enumerate(range(self.num_envs) if rows is None else rows):
+                if mask[k]:
+                    value = values[k]
+                    self._episodes[index][key] = value.item() if isinstance(value, np.generic) else value
 
     # ------------------------------------------------------------------------------- some sub-envs
     def step_rows_async(self, rows: Sequence[int], actions: Any) -> None:
@@ -292,12 +296,10 @@ class VLAAsyncVectorEnv(_RowStepping, AsyncVectorEnv):
             if not dead:
                 time.sleep(0.05)
         details = "; ".join(
-            f"sub-env {i} (env {self.env_id!r}, task {self._task_names[i]!r}, worker pid {self.processes[i].pid}, "
-            f"{_describe_exit(self.processes[i].exitcode)})" for i in dead
+            f"sub-env {i} (env {self.env_id!r}, task {self._episodes[i].get('task_name', 'not reset yet')!r}, "
+            f"worker pid {self.processes[i].pid}, {_describe_exit(self.processes[i].exitcode)})" for i in dead
         ) or "a worker process (could not tell which)"
-        self._state = type(self._state).DEFAULT  # nothing is pending any more: close() must not wait
-        self._rows_stepping.clear()
-        self.close(terminate=True)
+        self._shut_down()  # nothing is pending any more: close() must not wait
         return WorkerCrashedError(
             f"the worker process of {details} died during {during}; the vector env is closed. "
             "Common causes: the simulator crashed (segfault), the machine ran out of memory, or making the env "
@@ -413,6 +415,9 @@ def make_vec(
     device: str | None = None,
     per_env_kwargs: Sequence[Mapping[str, Any]] | None = None,
     context: str = "spawn",
+    step_timeout: float | None = None,
+    on_worker_failure: str = "raise",
+    max_worker_restarts: int = 3,
     **env_kwargs,
 ) -> gym.vector.VectorEnv:
     """Make ``num_envs`` copies of ``env_id`` behind a vector env (see the module docstring).
@@ -428,6 +433,13 @@ def make_vec(
         context: multiprocessing start method for ``"async"``: ``"spawn"`` (default) or ``"forkserver"``;
             ``"fork"`` starts faster but only works while this process has not started the simulator (its
             workers then raise :class:`vla_gym.runtime.fork_guard.ForkedAfterInitError` instead of hanging).
+        step_timeout: ``"async"`` only: seconds a sub-env's ``step`` or ``reset`` may take before its worker counts
+            as failed (None: no limit).
+        on_worker_failure: ``"async"`` only: ``"raise"`` (:class:`WorkerCrashedError`, the default) or
+            ``"respawn"`` (restart the worker, end its episode as truncated with ``info["env_failure"]``, go on;
+            :mod:`vla_gym.vector.respawn`).
+        max_worker_restarts: with ``"respawn"``: a sub-env that fails more often than this in a row raises
+            :class:`WorkerCrashedError`.
         **env_kwargs: passed to every sub-env's constructor (``task_id=``, ``image_size=``, ...).
     """
     check_env_id(env_id)
@@ -439,6 +451,9 @@ def make_vec(
                 "wrappers= and per_env_kwargs= apply to CPU vector envs (one env per sub-env); the GPU backend "
                 "simulates all sub-envs in one process: wrap the returned vector env with gymnasium.vector wrappers"
             )
+        if step_timeout is not None or on_worker_failure != "raise":
+            raise ValueError("step_timeout and on_worker_failure='respawn' apply to CPU vector envs (a worker process "
+                             "per sub-env); the GPU backend simulates all sub-envs in this process")
         from vla_gym.backends.maniskill.gpu import make_gpu_vector_env
 
         return make_gpu_vector_env(env_id, num_envs, device, **env_kwargs)
@@ -448,6 +463,10 @@ def make_vec(
         raise ValueError(f"vectorization must be one of {VECTORIZATIONS}, got {vectorization!r}")
     if per_env_kwargs is not None and len(per_env_kwargs) != num_envs:
         raise ValueError(f"per_env_kwargs needs one dict per sub-env ({num_envs}), got {len(per_env_kwargs)}")
+    check_failure_options(step_timeout, on_worker_failure, max_worker_restarts)
+    if vectorization == "sync" and (step_timeout is not None or on_worker_failure != "raise"):
+        raise ValueError("step_timeout and on_worker_failure='respawn' need worker processes: use "
+                         "vectorization='async' (a sync vector env steps its sub-envs in this process)")
 
     wrappers = parse_wrappers(wrappers, key="wrappers")
     env_fns = [
@@ -461,4 +480,5 @@ def make_vec(
     # images, against 0.83 ms pickled through the pipes); the instruction's InstructionText space makes
     # gymnasium read it live there (vla_gym/core/instruction_space.py).
     return VLAAsyncVectorEnv(env_fns, env_id=env_id, autoreset_mode=AUTORESET_MODE, context=context,
-                             shared_memory=True)
+                             shared_memory=True, step_timeout=step_timeout, on_worker_failure=on_worker_failure,
+                             max_worker_restarts=max_worker_restarts)
