@@ -1,6 +1,6 @@
 """trainers/rft.py (rejection-sampling fine-tuning) in short form on real LIBERO: an SFT from a dataset given twice
-(``sft.dataset=A,A``, the several-datasets path), then one RFT round (sample with noise, keep successes, fit,
-evaluate), then the same command again, which finds every step's output and plays nothing.
+(``sft.dataset=A,A``, the several-datasets path), then one RFT round (sample with noise, keep successes, fit from
+the sampling policy with ``--fit continue``, evaluate), then the same command again, which finds every step's output and plays nothing.
 
 The 8-step episodes never succeed, so the round fits the demos alone; keeping and cloning successes is
 tests/test_rollout_dataset.py's (``--record-dataset --successes-only``) and tests/test_demos_dataset.py's (several
@@ -12,6 +12,7 @@ import json
 import subprocess
 
 import pytest
+import yaml
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("libero")
@@ -42,7 +43,7 @@ def test_rft_round_runs_in_short_form_and_resumes(tmp_path):
     command = [*executable("python"), "trainers/rft.py", "--sft-config", str(CONFIG), "--demos", str(demos),
                "--init-checkpoint", str(tmp_path / "sft0" / "final.pt"), "--out", str(tmp_path / "rft"),
                "--rounds", "1", "--samples-per-start", "1", "--tasks", "0", "--init-states", "0", "--num-envs", "1",
-               "--sync", *SHORT]
+               "--sync", "--fit", "continue", *SHORT]
     first = subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=900,
                            check=False)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
@@ -50,7 +51,10 @@ def test_rft_round_runs_in_short_form_and_resumes(tmp_path):
     rows = json.loads((out / "rft.json").read_text())["rows"]
     assert [r["round"] for r in rows] == [0, 1]
     assert rows[1]["sampled"] == 0.0 and rows[1]["successes_kept"] == 0 and rows[1]["env_steps"] == 8
+    assert rows[1]["sft_steps"] == 2 and rows[1]["train_minutes"] > 0
     assert (out / "round_1" / "sft" / "final.pt").is_file() and (out / "round_1" / "eval" / "eval.json").is_file()
+    fitted = yaml.safe_load((out / "round_1" / "sft" / "config.yaml").read_text())["sft"]
+    assert fitted["init_checkpoint"] == str(tmp_path / "sft0" / "final.pt")  # --fit continue: from the sampler
     settings = json.loads((out / "round_1" / "sample_1" / "eval.json").read_text())["settings"]
     assert settings["deterministic"] is False and settings["std"] == 0.05 and settings["seed"] == 1001
 

@@ -11,7 +11,8 @@ Each round is three product commands, run one after the other:
    --successes-only`` plays every (task, init state) ``--samples-per-start`` times with exploration noise (a new
    seed each time) and keeps the successful episodes, with the actions the env executed as labels;
 2. **fit**: ``trainers/sft.py --config SFT_CONFIG sft.dataset=DEMOS,ROLLOUTS...`` clones the demos plus every
-   success kept so far (all rounds), from the SFT config's fresh initialisation, as the first SFT did;
+   success kept so far (all rounds), from the SFT config's fresh initialisation as the first SFT did, or with
+   ``--fit continue`` from the policy that sampled the round (``sft.init_checkpoint``);
 3. **evaluate**: ``trainers/eval.py --checkpoint OUT/round_R/sft/final.pt`` greedy, on the same starts.
 
 The new policy samples the next round. With a 0/1 success reward this is the policy-improvement step that
@@ -64,6 +65,13 @@ def train_minutes(round_dir: pathlib.Path) -> float | None:
     return round(sum(spent), 1) if spent and "sft" in minutes else None
 
 
+def fitted_steps(checkpoint: str) -> int:
+    """Optimizer steps the round's SFT took (its checkpoint's counter; overrides may change between rounds)."""
+    import torch
+
+    return int(torch.load(checkpoint, map_location="cpu", weights_only=False)["counters"]["num_updates"])
+
+
 class RFTRun:
     """The rounds of one RFT run in ``out`` (the module docstring)."""
 
@@ -93,11 +101,13 @@ class RFTRun:
             self.timed(out, command + self.starts, allowed=(0, 1) if record is not None else (0,))
         return played(out)
 
-    def fit(self, round_dir: pathlib.Path, datasets: list[str]) -> str:
+    def fit(self, round_dir: pathlib.Path, datasets: list[str], current: str) -> str:
         final = round_dir / "sft" / "final.pt"
         if not final.is_file():
-            self.timed(round_dir / "sft", [sys.executable, "trainers/sft.py", "--config", self.args.sft_config, f"run_dir={round_dir}",
-                 "name=sft", f"sft.dataset={','.join(datasets)}", *self.args.overrides])
+            start = [f"sft.init_checkpoint={current}"] if self.args.fit == "continue" else []
+            self.timed(round_dir / "sft", [sys.executable, "trainers/sft.py", "--config", self.args.sft_config,
+                                           f"run_dir={round_dir}", "name=sft", f"sft.dataset={','.join(datasets)}",
+                                           *start, *self.args.overrides])
         return str(final)
 
     def learn(self) -> list[dict[str, Any]]:
@@ -114,12 +124,12 @@ class RFTRun:
                 samples.append(self.evaluate(current, round_dir / f"sample_{k}", 1000 * r + k, record))
                 if (record / "meta" / "info.json").is_file():
                     datasets.append(str(record))
-            current = self.fit(round_dir, datasets)
+            current = self.fit(round_dir, datasets, current)
             greedy = self.evaluate(current, round_dir / "eval")
             rows.append({"round": r, "checkpoint": current, "greedy": self.rate(greedy),
                          "sampled": self.rate(self.total(samples)), "successes_kept": self.total(samples)["successes"],
                          "datasets": len(datasets), "env_steps": self.total(samples)["env_steps"],
-                         "train_minutes": train_minutes(round_dir)})
+                         "sft_steps": fitted_steps(current), "train_minutes": train_minutes(round_dir)})
             write_results(self.out / "rft.json", {"args": vars(args), "rows": rows,
                                                   "wall_minutes_this_segment": (time.monotonic() - started) / 60})
             print(f"round {r}: sampled {rows[-1]['sampled']:.3f}, kept {rows[-1]['successes_kept']} successes, "
@@ -146,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--std", type=float, default=0.05, help="exploration noise per step and action dimension")
     parser.add_argument("--init-states", nargs="+", default=["0-3"], help="the starts trained (and evaluated) on")
     parser.add_argument("--tasks", nargs="+", default=None, help="only these task ids (default: all)")
+    parser.add_argument("--fit", choices=("scratch", "continue"), default="scratch",
+                        help="fit each round from the SFT config's fresh initialisation, or continue from the policy "
+                             "that sampled it (sft.init_checkpoint; pair it with a lower sft.learning_rate)")
     parser.add_argument("--num-envs", type=int, default=2)
     parser.add_argument("--sync", action="store_true", help="envs in this process (default: one process each)")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="overrides of the SFT config")

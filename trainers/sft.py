@@ -50,7 +50,7 @@ from vla_gym.trainers.evaluation.periodic import TrainingEvaluator
 from vla_gym.trainers.policies import Policy, make_policy
 from vla_gym.trainers.rollout.batch import to_torch
 from vla_gym.trainers.runtime.callbacks import Callback, CallbackList, as_callback, default_callbacks
-from vla_gym.trainers.runtime.checkpoint import rng_state, set_rng_state
+from vla_gym.trainers.runtime.checkpoint import load_actor_weights, rng_state, set_rng_state
 from vla_gym.trainers.runtime.config import Config
 from vla_gym.trainers.runtime.contract import check_contract, checkpoint_contract, env_contract
 from vla_gym.trainers.runtime.distributed import Distributed
@@ -165,6 +165,8 @@ class SFT:
                 from None
         torch.manual_seed(cfg.seed)  # the same initial parameters on every rank
         self.policy = make_policy(cfg.policy.name, observation_space, action_space, **cfg.policy.kwargs).to(self.device)
+        if self.hp.init_checkpoint:  # continue from a trained policy (e.g. RFT's previous round) instead of scratch
+            load_actor_weights(self.policy, self.hp.init_checkpoint, "sft.init_checkpoint", self.device, self.contract)
         self.model = self.dist.wrap(ImitationObjective(self.policy), find_unused_parameters=True)
         self._params = [p for p in self.policy.parameters() if p.requires_grad]
         if not self._params:

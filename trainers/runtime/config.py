@@ -220,6 +220,9 @@ class SFTConfig:
     #: LeRobot v3 dataset directory (``vla-gym demos ENV_ID --out DIR``), or several comma-separated (demos plus
     #: ``trainers/eval.py --record-dataset`` rollouts), read as one
     dataset: str | None = None
+    #: a PPO, GRPO or SFT checkpoint whose actor weights the policy starts from (null: the policy's fresh
+    #: initialisation); its observation/action contract is checked against the env first
+    init_checkpoint: str | None = None
     #: passes over the dataset
     epochs: int = 10
     #: stop after this many optimizer steps (null: epochs decide); short runs
