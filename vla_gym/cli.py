@@ -19,10 +19,11 @@ from vla_gym.runtime import system
 from vla_gym.runtime.cli_args import parser_with_examples
 from vla_gym.tasks import libero_pro
 from vla_gym.tasks.maniskill import TASKS
+from vla_gym.tasks.metaworld import INSTALL_COMMAND as METAWORLD_INSTALL
 from vla_gym.trainers.evaluation import compare as compare_reports
 
 #: how to get a backend that pip alone cannot install
-INSTALL_HINTS = {"behavior": "needs Isaac Sim + OmniGibson: docs/behavior.md"}
+INSTALL_HINTS = {"behavior": "needs Isaac Sim + OmniGibson: docs/behavior.md", "metaworld": METAWORLD_INSTALL}
 
 
 def missing_downloads(entry) -> list[str]:
@@ -126,8 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     list_parser = sub.add_parser("list", help="list registered env ids")
     parser_with_examples(None, "List the registered VLA/... ids: backend, tasks, runnable here.",
-                         ["vla-gym list", "vla-gym list --backend maniskill", "vla-gym list --pro"], parser=list_parser)
-    list_parser.add_argument("--backend", help="only this backend (libero, maniskill, behavior)")
+                         ["vla-gym list", "vla-gym list --backend maniskill", "vla-gym list --backend metaworld",
+                          "vla-gym list --pro"], parser=list_parser)
+    list_parser.add_argument("--backend", help="only this backend (libero, maniskill, metaworld, behavior)")
     list_parser.add_argument("--pro", action="store_true",
                              help="each LIBERO-PRO id (perturbed LIBERO suite), its OOD category and what it changes")
     sub.add_parser("check", help="check the system packages headless rendering needs")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class EnvEntry:
     env_id: str
-    backend: str          # libero | maniskill | behavior
+    backend: str          # libero | maniskill | metaworld | behavior
     entry_point: str
     num_tasks: int
     requires: str         # top-level module the backend imports

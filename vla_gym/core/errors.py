@@ -5,10 +5,12 @@ from __future__ import annotations
 class MissingSimulatorError(ImportError):
     """A simulator package is not installed; the message names the pip extra."""
 
-    def __init__(self, simulator: str, extra: str, detail: str = ""):
+    def __init__(self, simulator: str, extra: str, detail: str = "", then: str = ""):
+        """``then``: a command to run after the extra (Meta-World: ``pip install --no-deps metaworld==3.1.1``)."""
+        after = f"\nthen\n    {then}" if then else ""
         message = (
             f"{simulator} is not installed in this Python environment. Install it with\n"
-            f'    pip install "vla-gym[{extra}]"      (from a checkout: pip install -e ".[{extra}]")\n'
+            f'    pip install "vla-gym[{extra}]"      (from a checkout: pip install -e ".[{extra}]"){after}\n'
             f"or run `bash scripts/setup.sh` which also installs the system packages rendering needs."
         )
         if detail:

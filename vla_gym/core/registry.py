@@ -10,11 +10,11 @@ import difflib
 import gymnasium as gym
 
 from vla_gym.core.env_entry import EnvEntry
-from vla_gym.tasks import behavior, libero, maniskill
+from vla_gym.tasks import behavior, libero, maniskill, metaworld
 
 
 def _entries() -> list[EnvEntry]:
-    return libero.env_entries() + maniskill.env_entries() + behavior.env_entries()
+    return libero.env_entries() + maniskill.env_entries() + metaworld.env_entries() + behavior.env_entries()
 
 
 ENTRIES: dict[str, EnvEntry] = {}

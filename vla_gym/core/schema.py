@@ -10,7 +10,8 @@ Observation (a ``spaces.Dict``)::
     }
 
 Action: ``Box(-1, 1, (7,), float32)`` for single arms: end-effector delta position (3), delta
-rotation as axis-angle (3), gripper (-1 open, +1 close). BEHAVIOR's R1 Pro uses 23-D.
+rotation as axis-angle (3), gripper (-1 open, +1 close). Meta-World's Sawyer keeps its own 4-D action
+(end-effector delta position (3), gripper effort (-1 open, +1 close)); BEHAVIOR's R1 Pro uses 23-D.
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from vla_gym.core.instruction_space import InstructionText
 
 #: characters an instruction may contain (printable ASCII without tabs/newlines)
 INSTRUCTION_CHARSET = "".join(c for c in string.printable if c not in "\t\n\r\x0b\x0c")
+#: how an action of each size reads, for error messages (7: single arms; 4: Meta-World's Sawyer)
+ACTION_LAYOUTS = {7: " = [dx, dy, dz, droll, dpitch, dyaw, gripper]", 4: " = [dx, dy, dz, gripper]"}
 #: generous headroom so every env of a family shares one observation space
 MAX_INSTRUCTION_LENGTH = 256
 
@@ -61,7 +64,7 @@ def check_action(action, action_dim: int) -> np.ndarray:
         hint = ""
         if array.ndim == 2 and array.shape[1] == action_dim:
             hint = f" (an action chunk of shape (K, {action_dim}) needs the ActionChunk wrapper)"
-        layout = " = [dx, dy, dz, droll, dpitch, dyaw, gripper]" if action_dim == 7 else ""
+        layout = ACTION_LAYOUTS.get(action_dim, "")
         raise ValueError(f"action must have shape ({action_dim},){layout}, got shape {array.shape}{hint}")
     if not np.all(np.isfinite(array)):
         raise ValueError(f"action contains NaN or inf: {array.tolist()}; expected finite values in [-1, 1]")

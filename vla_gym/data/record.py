@@ -2,6 +2,7 @@
 
     vla-gym demos VLA/LiberoObject-v0 --episodes-per-task 20 --image-size 128 --out data/libero_object --workers 2
     vla-gym demos VLA/ManiSkill-PushCube-v0 --episodes-per-task 30 --noise 0.3 --cameras main --out data/pushcube
+    vla-gym demos VLA/MetaWorldMT10-v0 --episodes-per-task 20 --out data/mt10
 
     >>> from vla_gym.data.record import record_demos
     >>> summary = record_demos("VLA/ManiSkill-PushCube-v0", "data/pushcube", episodes_per_task=4)   # doctest: +SKIP
@@ -11,7 +12,7 @@
 Episodes (jobs) are fixed up front: for every task of the env id that has an expert
 (:func:`vla_gym.data.experts.dispatch.has_expert`; ``--tasks`` narrows them), ``--episodes-per-task`` attempts: initial states
 ``--init-states`` (default 0..N-1) for tasks with fixed initial states (LIBERO), or simulator seeds
-``seed .. seed+N-1`` for tasks whose initial state comes from the seed (ManiSkill). ``--workers`` processes
+``seed .. seed+N-1`` for tasks whose initial state comes from the seed (ManiSkill, Meta-World). ``--workers`` processes
 (spawned, each with its own env, jobs handed out in task order so a worker rarely rebuilds a scene) record
 them; each finished episode is written at once to ``OUT/.staging/`` (parquet, then a small JSON marker, both
 atomic). A killed run keeps those: the same command again runs only the missing jobs. When all are done the
@@ -52,9 +53,10 @@ from vla_gym.runtime.receipt import receipt
 from vla_gym.tasks.libero import suite_tasks
 from vla_gym.tasks.libero_pro import benchmark_name
 from vla_gym.tasks.maniskill import task_specs
+from vla_gym.tasks.metaworld import task_specs as metaworld_task_specs
 
 SUMMARY_PATH = "meta/vla_gym_demos.json"
-ROBOT_TYPES = {"libero": "panda", "maniskill": "panda"}
+ROBOT_TYPES = {"libero": "panda", "maniskill": "panda", "metaworld": "sawyer"}
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,9 @@ def env_tasks(env_id: str) -> tuple:
         return suite_tasks(benchmark_name(entry.kwargs["suite"], perturbation) if perturbation else entry.kwargs["suite"])
     if entry.backend == "maniskill":
         return task_specs(entry.kwargs["tasks"])
-    raise ValueError(f"{env_id}: vla-gym demos records LIBERO and ManiSkill ids (scripted experts need "
+    if entry.backend == "metaworld":
+        return metaworld_task_specs(entry.kwargs["tasks"])
+    raise ValueError(f"{env_id}: vla-gym demos records LIBERO, ManiSkill and Meta-World ids (scripted experts need "
                      f"privileged simulator state); {entry.backend} has no expert")
 
 
@@ -282,7 +286,7 @@ EXAMPLES = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser_with_examples(None, "Record scripted-expert episodes as a LeRobot v3 dataset (docs/sft.md).", EXAMPLES,
                          parser=parser)
-    parser.add_argument("env_id", help="a VLA/... id with scripted experts (LIBERO Object/Spatial, ManiSkill PushCube)")
+    parser.add_argument("env_id", help="a VLA/... id with scripted experts (LIBERO Object/Spatial, ManiSkill PushCube, Meta-World)")
     parser.add_argument("--out", required=True, help="dataset directory (LeRobot v3); rerun to resume")
     parser.add_argument("--episodes-per-task", type=int, default=None,
                         help="episodes attempted per task (default 10; with --init-states: one per init state)")

@@ -9,7 +9,7 @@
     ('4ffcdb3...', False)
 
 A receipt holds the versions of the packages that decide a simulated outcome (:data:`PACKAGES`: python, torch,
-mujoco, robosuite, LIBERO, mani_skill, sapien, gymnasium, transformers, numpy and vla_gym, with the git commit
+mujoco, robosuite, LIBERO, mani_skill, sapien, metaworld, gymnasium, transformers, numpy and vla_gym, with the git commit
 of the vla_gym source and whether it had uncommitted changes), the platform, the env id and keyword arguments
 and, when given, the env's camera contract (:func:`camera_contract`: roles, sizes, flip) and the checkpoint's
 path and SHA-256. Reports add every episode played (task, init state, seed, outcome, instruction) next to it;
@@ -29,8 +29,8 @@ import time
 from typing import Any
 
 #: module name -> what it is; the version is that of the distribution that installs the module
-PACKAGES = ("torch", "mujoco", "robosuite", "libero", "mani_skill", "sapien", "gymnasium", "transformers", "numpy",
-            "vla_gym")
+PACKAGES = ("torch", "mujoco", "robosuite", "libero", "mani_skill", "sapien", "metaworld", "gymnasium", "transformers",
+            "numpy", "vla_gym")
 _SOURCE = pathlib.Path(__file__).resolve().parents[2]
 
 

@@ -14,15 +14,12 @@ How it stays fast:
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib.util
 import os
 import pathlib
 import random
-import re
 import time
-import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,11 +27,12 @@ import numpy as np
 from vla_gym.backends.base import Backend, TaskSpec
 from vla_gym.backends.libero.cameras import CAMERAS
 from vla_gym.backends.libero.scene import LiberoScene
+from vla_gym.backends.mujoco_gl import GL_ERROR, OpenRenderContexts, explain_gl_errors
 from vla_gym.core.env import VLAEnv
-from vla_gym.core.errors import MissingSimulatorError, RenderingUnavailableError
+from vla_gym.core.errors import MissingSimulatorError
 from vla_gym.core.geometry import quat_to_axis_angle
 from vla_gym.runtime import fork_guard
-from vla_gym.runtime.system import configure_mujoco_gl, install_hint
+from vla_gym.runtime.system import configure_mujoco_gl
 from vla_gym.tasks import libero_pro
 from vla_gym.tasks.libero import suite_tasks
 
@@ -67,50 +65,23 @@ def _prepare_upstream_config() -> None:
     )
 
 
-_GL_ERROR = re.compile(r"MUJOCO_GL|EGL|OSMesa|OpenGL|GLFW|gl_context|render context", re.IGNORECASE)
-
-
-@contextlib.contextmanager
-def _explain_gl_errors():
-    """Turn MuJoCo's OpenGL failures into an error that names MUJOCO_GL and the packages."""
-    try:
-        yield
-    except (RuntimeError, ImportError, AttributeError, OSError) as exc:
-        if not _GL_ERROR.search(str(exc)):
-            raise
-        raise RenderingUnavailableError(
-            f"MuJoCo cannot render offscreen with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}: {exc}\n"
-            "Use MUJOCO_GL=egl (the default vla_gym sets) or MUJOCO_GL=osmesa, with the libraries installed.\n"
-            + install_hint()
-        ) from exc
-
-
-_OPEN_BACKENDS: weakref.WeakSet = weakref.WeakSet()  # backends whose robosuite env (and EGL context) is open
-
-
-def _close_open_backends() -> None:
-    """Free every open renderer while EGL still runs (an env left open at interpreter exit).
-
-    robosuite terminates the EGL display in an atexit handler; a render context freed after that, by
-    garbage collection at exit, prints "Exception ignored in MjRenderContext.__del__ ... EGLError".
-    atexit runs the last registered first, and this is registered after robosuite's (see load()).
-    """
-    for backend in list(_OPEN_BACKENDS):
-        backend.close()
+#: backends whose robosuite env (and EGL context) is open, closed at exit while EGL still runs (robosuite terminates
+#: the EGL display in an atexit handler of its own)
+_OPEN_BACKENDS = OpenRenderContexts()
 
 
 def import_libero():
     """Import LIBERO's benchmark table and env class, or explain how to install them."""
     fork_guard.check_not_forked(SIMULATOR)  # in a fork of a process that rendered, EGL would hang
     configure_mujoco_gl()
-    with _explain_gl_errors():
+    with explain_gl_errors():
         try:
             if importlib.util.find_spec("libero") is not None:
                 _prepare_upstream_config()
             from libero.libero import benchmark
             from libero.libero.envs import OffScreenRenderEnv
         except ImportError as exc:
-            if _GL_ERROR.search(str(exc)):
+            if GL_ERROR.search(str(exc)):
                 raise
             raise MissingSimulatorError("LIBERO", "libero", detail=str(exc)) from exc
     return benchmark, OffScreenRenderEnv
@@ -177,7 +148,7 @@ class LiberoBackend(Backend):
         index = task.extra["suite_task_index"]
         height, width = self.image_size
         fork_guard.check_not_forked(SIMULATOR)
-        with _explain_gl_errors(), _global_rng_seeded(BUILD_SEED):
+        with explain_gl_errors(), _global_rng_seeded(BUILD_SEED):
             self._env = self._env_class(
                 bddl_file_name=suite.get_task_bddl_file_path(index),
                 camera_names=[CAMERAS[role] for role in self.camera_roles],
@@ -188,10 +159,7 @@ class LiberoBackend(Backend):
             )
             self._env.reset()  # creates the EGL context
         fork_guard.note_initialised(SIMULATOR)
-        if not _OPEN_BACKENDS:  # (re-)registered after robosuite's eglTerminate, so it runs before it
-            atexit.unregister(_close_open_backends)
-            atexit.register(_close_open_backends)
-        _OPEN_BACKENDS.add(self)
+        _OPEN_BACKENDS.add(self)  # after robosuite's EGL set-up, so its exit handler runs before robosuite's
         self._init_states = np.asarray(suite.get_task_init_states(index))
         self.scene_loads += 1
         self.scene_load_seconds += time.perf_counter() - started
@@ -253,7 +221,7 @@ class LiberoBackend(Backend):
         height, width = self.image_size
         sim = self._env.sim
         images = {}
-        with _explain_gl_errors():
+        with explain_gl_errors():
             context = getattr(sim, "_render_context_offscreen", None)
             if context is not None:
                 # robosuite renders into whatever GL context is current; with several envs in one
