@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from step_overhead import print_step_overhead
 
 from vla_gym.runtime.cli_args import script_parser
 
@@ -65,11 +66,7 @@ def bench_cpu(mode: str, size: int, episodes: int, seed: int, steps: int | None 
     ours.close()
     raw_times, ours_times = np.array(raw_times), np.array(ours_times)
     label = "state-only" if mode == "state" else f"images {size}x{size} (main + wrist)"
-    print(f"{label}: {len(raw_times)} steps each")
-    print(f"  raw ManiSkill   {1 / raw_times.mean():8.2f} steps/s   median {1e3 * np.median(raw_times):7.2f} ms/step")
-    print(f"  {TASK} {1 / ours_times.mean():8.2f} steps/s   median {1e3 * np.median(ours_times):7.2f} ms/step")
-    print(f"  overhead: {100 * (ours_times.sum() / raw_times.sum() - 1):+.1f}% total, "
-          f"{100 * (np.median(ours_times) / np.median(raw_times) - 1):+.1f}% median", flush=True)
+    print_step_overhead(label, "raw ManiSkill", TASK, raw_times, ours_times)
 
 
 def bench_gpu(mode: str, size: int, num_envs: int, steps: int, seed: int) -> None:

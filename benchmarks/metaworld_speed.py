@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from step_overhead import print_step_overhead
 
 from vla_gym.runtime.cli_args import script_parser
 
@@ -60,13 +61,7 @@ def bench(task: str, mode: str, size: int, episodes: int, steps: int, seed: int)
     ours.close()
     raw_times, ours_times = np.array(raw_times), np.array(ours_times)
     label = "state-only" if mode == "state" else f"images {size}x{size} (main camera)"
-    name = f"VLA/MetaWorld-{task}-v0"
-    print(f"{task}, {label}: {len(raw_times)} steps each")
-    print(f"  raw Meta-World {' ' * max(0, len(name) - 14)}{1 / raw_times.mean():9.1f} steps/s   "
-          f"median {1e3 * np.median(raw_times):7.2f} ms/step")
-    print(f"  {name} {1 / ours_times.mean():9.1f} steps/s   median {1e3 * np.median(ours_times):7.2f} ms/step")
-    print(f"  overhead: {100 * (ours_times.sum() / raw_times.sum() - 1):+.1f}% total, "
-          f"{100 * (np.median(ours_times) / np.median(raw_times) - 1):+.1f}% median", flush=True)
+    print_step_overhead(f"{task}, {label}", "raw Meta-World", f"VLA/MetaWorld-{task}-v0", raw_times, ours_times)
 
 
 def main() -> None:
