@@ -72,6 +72,20 @@ def fitted_steps(checkpoint: str) -> int:
     return int(torch.load(checkpoint, map_location="cpu", weights_only=False)["counters"]["num_updates"])
 
 
+def fitted_datasets(round_dir: pathlib.Path) -> list[str]:
+    """The datasets a round's SFT was fitted on (``sft.dataset`` of its run's config.yaml)."""
+    import yaml
+
+    config = yaml.safe_load((round_dir / "sft" / "config.yaml").read_text())
+    return [part for part in config["sft"]["dataset"].split(",") if part]
+
+
+def successes_in(datasets: list[str]) -> int:
+    """Episodes in the recorded-rollout datasets among ``datasets`` (the successes kept; demos not counted)."""
+    summaries = [pathlib.Path(d) / "meta" / "vla_gym_rollouts.json" for d in datasets]
+    return sum(int(json.loads(p.read_text())["episodes"]) for p in summaries if p.is_file())
+
+
 class RFTRun:
     """The rounds of one RFT run in ``out`` (the module docstring)."""
 
@@ -118,23 +132,31 @@ class RFTRun:
         datasets = [args.demos]
         for r in range(1, args.rounds + 1):
             round_dir = self.out / f"round_{r}"
-            samples = []
-            for k in range(1, args.samples_per_start + 1):
-                record = round_dir / f"rollouts_{k}"
-                samples.append(self.evaluate(current, round_dir / f"sample_{k}", 1000 * r + k, record))
-                if (record / "meta" / "info.json").is_file():
-                    datasets.append(str(record))
+            ids = self.sample_ids(round_dir)
+            samples = [self.evaluate(current, round_dir / f"sample_{k}", 1000 * r + k, round_dir / f"rollouts_{k}")
+                       for k in ids]
+            datasets += [str(round_dir / f"rollouts_{k}") for k in ids
+                         if (round_dir / f"rollouts_{k}" / "meta" / "info.json").is_file()]
             current = self.fit(round_dir, datasets, current)
+            datasets = fitted_datasets(round_dir)  # what the round's SFT was given (a resumed run may differ)
             greedy = self.evaluate(current, round_dir / "eval")
             rows.append({"round": r, "checkpoint": current, "greedy": self.rate(greedy),
-                         "sampled": self.rate(self.total(samples)), "successes_kept": self.total(samples)["successes"],
-                         "datasets": len(datasets), "env_steps": self.total(samples)["env_steps"],
+                         "sampled": self.rate(self.total(samples)), "sampled_episodes": self.total(samples)["episodes"],
+                         "successes_kept": self.total(samples)["successes"], "datasets": len(datasets),
+                         "successes_fitted": successes_in(datasets), "env_steps": self.total(samples)["env_steps"],
                          "sft_steps": fitted_steps(current), "train_minutes": train_minutes(round_dir)})
             write_results(self.out / "rft.json", {"args": vars(args), "rows": rows,
                                                   "wall_minutes_this_segment": (time.monotonic() - started) / 60})
             print(f"round {r}: sampled {rows[-1]['sampled']:.3f}, kept {rows[-1]['successes_kept']} successes, "
                   f"greedy {rows[0]['greedy']:.3f} -> {rows[-1]['greedy']:.3f}", flush=True)
         return rows
+
+    def sample_ids(self, round_dir: pathlib.Path) -> list[int]:
+        """The sampled evaluations of a round: 1..--samples-per-start, or for a round already fitted the ones it
+        has on disk (a stopped run resumed with another --samples-per-start keeps its history)."""
+        if (round_dir / "sft" / "final.pt").is_file():
+            return sorted(int(p.name.split("_")[1]) for p in round_dir.glob("sample_*") if (p / "eval.json").is_file())
+        return list(range(1, self.args.samples_per_start + 1))
 
     @staticmethod
     def total(results: list[dict[str, Any]]) -> dict[str, Any]:
