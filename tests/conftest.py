@@ -6,6 +6,12 @@ A whole file joins the quick tier by being listed in ``QUICK_FILES``; a single t
 """
 import pytest
 
+from vla_gym.runtime.system import configure_mujoco_gl
+
+# MuJoCo picks its GL platform when it is first imported, and collection imports every test file (some import
+# mujoco, robosuite or metaworld directly) before any env is made: headless EGL from the start, as vla_gym sets it
+configure_mujoco_gl()
+
 #: files whose every test is quick (units, doctests, the layout, the fake OmniGibson)
 QUICK_FILES = {
     "test_behavior.py", "test_doctests.py", "test_episodes.py", "test_eval_stats.py", "test_layout.py",
