@@ -263,6 +263,10 @@ def test_several_datasets_read_as_one_for_demos_plus_rollouts(tmp_path):
     assert mask[1].tolist() == [True] * 4 + [False] * 4 and mask[0].tolist() == [True] + [False] * 7
     assert obs["instruction"] == ["put the bowl on the plate", "pick up the ketchup", "put the bowl"]
     assert data[9]["init_state_id"] == 8
+    mixed, mixed_actions, _ = data.batch([11, 4, 9], chunk=8)  # rows of both parts, out of order: order kept
+    assert mixed["instruction"] == ["put the bowl", "put the bowl on the plate", "put the bowl"]
+    np.testing.assert_array_equal(mixed["images"]["main"][1], demos[0].images["main"][4])
+    np.testing.assert_array_equal(mixed_actions[0, 0], rollouts[1].action[2])
 
     other = [synthetic_episode(rng, 3, 0, "x", 0, size=8)]
     write_dataset(tmp_path / "small", [episode_table(e, fps=20) for e in other], fps=20, robot_type="panda")

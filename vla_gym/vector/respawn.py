@@ -50,11 +50,11 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.async_vector_env import AsyncState
 from gymnasium.vector.utils import clear_mpi_env_vars
 
+from vla_gym.core.episodes import ENV_FAILURE  # the info key of a row whose worker failed (the cause, as text)
+
 logger = logging.getLogger(__name__)
 
 FAILURE_MODES = ("raise", "respawn")
-#: the info key that marks a row whose worker failed (a string: which sub-env, its task, the cause)
-ENV_FAILURE = "env_failure"
 #: seconds a respawned worker gets at least to start, build its env and reset
 MIN_START_TIMEOUT = 60.0
 

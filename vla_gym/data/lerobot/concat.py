@@ -66,14 +66,24 @@ class ConcatDemoDataset:
         return part[j]
 
     def batch(self, indices: Sequence[int], chunk: int | None = None, cameras: Sequence[str] | None = None):
-        """As :meth:`DemoDataset.batch`, over frames of any part."""
-        pieces = [self.locate(i) for i in indices]
-        rows = [part.batch([j], chunk=chunk, cameras=cameras) for part, j in pieces]
-        obs = {"images": {role: np.concatenate([o["images"][role] for o, _, _ in rows]) for role in rows[0][0]["images"]},
-               "state": np.concatenate([o["state"] for o, _, _ in rows]),
-               "instruction": [text for o, _, _ in rows for text in o["instruction"]]}
-        return obs, np.concatenate([a for _, a, _ in rows]), np.concatenate([m for _, _, m in rows])
-
+        """As :meth:`DemoDataset.batch`, over frames of any part (one read per part, rows in ``indices`` order)."""
+        located = [self.locate(i) for i in indices]
+        by_part: dict[int, list[int]] = {}
+        for row, (part, _) in enumerate(located):
+            by_part.setdefault(id(part), []).append(row)
+        order = np.empty(len(located), dtype=np.int64)
+        pieces, start = [], 0
+        for rows in by_part.values():
+            part = located[rows[0]][0]
+            pieces.append(part.batch([located[r][1] for r in rows], chunk=chunk, cameras=cameras))
+            order[rows] = np.arange(start, start + len(rows))
+            start += len(rows)
+        obs = {"images": {role: np.concatenate([o["images"][role] for o, _, _ in pieces])[order]
+                          for role in pieces[0][0]["images"]},
+               "state": np.concatenate([o["state"] for o, _, _ in pieces])[order]}
+        texts = [text for o, _, _ in pieces for text in o["instruction"]]
+        obs["instruction"] = [texts[k] for k in order]
+        return obs, np.concatenate([a for _, a, _ in pieces])[order], np.concatenate([m for _, _, m in pieces])[order]
 
 def _check_same_layout(first: DemoDataset, part: DemoDataset) -> None:
     shapes = {role: tuple(first.features[IMAGE_PREFIX + role]["shape"]) for role in first.cameras}
