@@ -195,3 +195,62 @@ def test_quick_canary_passes_through_the_cli_and_replays_identically(tmp_path, s
     assert [r["key"] for r in report["results"]] == [c["key"] for c in quick]
     assert all(r["identical"] and r["robot_drift_m"] == r["object_drift_m"] == 0.0 for r in report["results"])
     assert f"reference MuJoCo {meta['reference']['mujoco']}" in done.stdout
+
+
+@pytest.mark.quick
+def test_libero_on_a_mujoco_the_canary_has_not_passed_warns_once(monkeypatch):
+    import warnings
+
+    import mujoco
+
+    from vla_gym.backends.libero import mujoco_check
+
+    assert json.loads((ROOT / "assets" / "canary" / "passed_mujoco.json").read_text())["reference"] == \
+        shipped_reference_mujoco()
+    monkeypatch.setattr(mujoco_check, "_warned", False)
+    monkeypatch.setattr(mujoco, "__version__", "9.9.9")
+    with pytest.warns(mujoco_check.UncheckedSimulatorWarning, match=r"MuJoCo 9\.9\.9.*pip install mujoco=="):
+        mujoco_check.warn_if_unchecked_mujoco()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mujoco_check.warn_if_unchecked_mujoco()          # once per process
+        monkeypatch.setattr(mujoco_check, "_warned", False)
+        monkeypatch.setattr(mujoco, "__version__", mujoco_check.passed_versions()[0])
+        mujoco_check.warn_if_unchecked_mujoco()          # a passed version: silent
+
+
+def shipped_reference_mujoco() -> str:
+    return json.loads((ROOT / "assets" / "canary" / "fingerprints.json").read_text())["reference"]["mujoco"]
+
+
+def test_a_libero_env_on_an_unchecked_mujoco_warns_when_it_is_made(monkeypatch):
+    import gymnasium as gym
+    import mujoco
+
+    from vla_gym.backends.libero import mujoco_check
+
+    monkeypatch.setattr(mujoco_check, "_warned", False)
+    monkeypatch.setattr(mujoco, "__version__", "9.9.9")
+    with pytest.warns(mujoco_check.UncheckedSimulatorWarning):
+        gym.make("VLA/LiberoObject-v0", task_id=0, cameras=("main",), image_size=32).close()
+
+
+def test_measure_mujoco_versions_short_form_writes_rows_table_and_passed_versions(tmp_path):
+    """The short form of scripts/measure_mujoco_versions.py on this interpreter's MuJoCo (no venv made)."""
+    out = tmp_path / "mj"
+    command = [sys.executable, "scripts/measure_mujoco_versions.py", "--versions", "current", "--quick", "--suites",
+               "libero_object", "--out", str(out), "--results", str(out / "rows.json"), "--asset",
+               str(out / "passed.json")]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    row, = json.loads((out / "rows.json").read_text())["rows"]
+    assert row["mujoco"] == mujoco_version() and row["experts"]["libero_object"]["episodes"] == 4
+    assert row["canary"]["counts"]["FLIP"] == 0 and row["canary"]["counts"]["DRIFT"] == 0
+    assert f"| {mujoco_version()} | 4/4" in done.stdout
+    assert json.loads((out / "passed.json").read_text())["passed"] == [shipped_reference_mujoco()]
+
+
+def mujoco_version() -> str:
+    import mujoco
+
+    return mujoco.__version__

@@ -1,7 +1,8 @@
 """The ``>>>`` examples in vla_gym's docstrings run, so that the usage a docstring shows stays true.
 
 One test per module of ``vla_gym`` (namespace folders such as ``vla_gym/backends`` included),
-``vla_gym.wrappers`` and ``vla_gym.trainers``. Examples that need a simulator scene, a download or a long
+``vla_gym.wrappers`` and ``vla_gym.trainers``, and per script of ``scripts/`` and ``benchmarks/`` that has examples
+(loaded from its file, ``__main__`` not run). Examples that need a simulator scene, a download or a long
 run are marked ``# doctest: +SKIP`` in the docstring; everything else runs here, in a fraction of a second
 each. A module whose import needs a package that is not installed is skipped, naming the package.
 
@@ -11,11 +12,16 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import importlib.util
 import pathlib
+import sys
 
 import pytest
 
 ROOTS = ("vla_gym", "vla_gym.wrappers", "vla_gym.trainers")
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SCRIPTS = sorted(str(path.relative_to(REPO)) for folder in ("scripts", "benchmarks")
+                 for path in (REPO / folder).glob("*.py") if ">>>" in path.read_text())
 
 
 def module_names() -> list[str]:
@@ -40,6 +46,24 @@ def test_docstring_examples_run(name):
         module = importlib.import_module(name)
     except ModuleNotFoundError as exc:
         pytest.skip(f"{name} needs {exc.name}, which is not installed")
+    run_examples(module, name)
+
+
+@pytest.mark.parametrize("path", SCRIPTS)
+def test_script_docstring_examples_run(path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # benchmarks import their shared helpers by name
+    name = pathlib.Path(path).stem
+    spec = importlib.util.spec_from_file_location(f"_doctest_{name}", REPO / path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    try:
+        spec.loader.exec_module(module)
+    except ModuleNotFoundError as exc:
+        pytest.skip(f"{path} needs {exc.name}, which is not installed")
+    run_examples(module, name)
+
+
+def run_examples(module, name: str) -> None:
     finder = doctest.DocTestFinder(exclude_empty=True)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     report: list[str] = []

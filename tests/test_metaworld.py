@@ -320,9 +320,45 @@ def test_demos_round_trip(mw, tmp_path):
     assert {e["task_name"] for e in data.episodes} == {"reach", "push"} and all(e["success"] for e in data.episodes)
 
 
-def test_speed_benchmark_short_form(mw):
+def test_speed_benchmark_short_form(mw, tmp_path):
     """benchmarks/metaworld_speed.py in its short form (it measures nothing at this size: it must run)."""
+    out = tmp_path / "speed.json"
     done = subprocess.run([sys.executable, "benchmarks/metaworld_speed.py", "--size", "32", "--episodes", "1",
-                           "--steps", "5"], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+                           "--steps", "5", "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "VLA/MetaWorld-push-v0" in done.stdout and done.stdout.count("steps/s") == 4
+    import json
+
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["mode"], r["steps"]) for r in rows] == [("state", 5), ("images", 5)] and rows[1]["size"] == 32
+
+
+def test_expert_measurement_short_form_writes_its_json(mw, tmp_path):
+    """scripts/measure_metaworld_experts.py --quick: 2 tasks x 2 seeds, the same JSON shape as the committed one."""
+    out = tmp_path / "experts.json"
+    done = subprocess.run([sys.executable, "scripts/measure_metaworld_experts.py", "--quick", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    import json
+
+    data = json.loads(out.read_text())
+    assert (data["episodes"], data["successes"], data["seeds"]) == (4, 4, [0, 1])
+    assert [row["task"] for row in data["tasks"]] == list(catalog.TASKS[:2])
+
+
+@pytest.mark.quick
+def test_docs_expert_table_shows_the_measured_numbers():
+    """docs/metaworld.md's per-task table = docs/results/metaworld_experts*.json (what the script wrote)."""
+    import json
+
+    results = ROOT / "docs" / "results"
+    current = {r["task"]: r["successes"] for r in json.loads((results / "metaworld_experts.json").read_text())["tasks"]}
+    older = {r["task"]: r["successes"] for r in
+             json.loads((results / "metaworld_experts_mujoco3.3.0.json").read_text())["tasks"]}
+    rows = {}
+    for line in (ROOT / "docs" / "metaworld.md").read_text().splitlines():
+        if line.startswith("| `VLA/MetaWorld-") and line.count("|") == 6:
+            cells = [cell.strip().strip("*") for cell in line.strip("|").split("|")]
+            rows[cells[0].strip("`").removeprefix("VLA/MetaWorld-").removesuffix("-v0")] = (int(cells[3]), int(cells[4]))
+    assert rows == {task: (older[task], current[task]) for task in catalog.TASKS}

@@ -30,6 +30,7 @@ import numpy as np
 
 from vla_gym.backends.base import Backend, TaskSpec
 from vla_gym.backends.libero.cameras import CAMERAS
+from vla_gym.backends.libero.mujoco_check import warn_if_unchecked_mujoco
 from vla_gym.backends.libero.scene import LiberoScene
 from vla_gym.backends.mujoco_gl import GL_ERROR, OpenRenderContexts, explain_gl_errors, release_freed_memory
 from vla_gym.core.env import VLAEnv
@@ -129,6 +130,7 @@ class LiberoBackend(Backend):
             raise ValueError(f"flip must be one of {list(FLIPS)}, got {flip!r}")
         super().__init__(camera_roles, image_size)
         self._benchmark_module, self._env_class = import_libero()
+        warn_if_unchecked_mujoco()  # once per process: results on other MuJoCo versions may differ
         self._benchmarks: dict = {}
         self._env = None
         self._init_states = None
