@@ -1,6 +1,6 @@
 """trainers/rft.py (rejection-sampling fine-tuning) in short form on real LIBERO: an SFT from a dataset given twice
 (``sft.dataset=A,A``, the several-datasets path), then one RFT round (sample with noise, keep successes, fit from
-the sampling policy with ``--fit continue``, evaluate), then the same command again, which finds every step's output and plays nothing.
+the sampling policy with ``--fit continue``, evaluate, keeping the greedy evaluations' successes too), then the same command again, which finds every step's output and plays nothing.
 
 The 8-step episodes never succeed, so the round fits the demos alone; keeping and cloning successes is
 tests/test_rollout_dataset.py's (``--record-dataset --successes-only``) and tests/test_demos_dataset.py's (several
@@ -43,7 +43,7 @@ def test_rft_round_runs_in_short_form_and_resumes(tmp_path):
     command = [*executable("python"), "trainers/rft.py", "--sft-config", str(CONFIG), "--demos", str(demos),
                "--init-checkpoint", str(tmp_path / "sft0" / "final.pt"), "--out", str(tmp_path / "rft"),
                "--rounds", "1", "--samples-per-start", "1", "--tasks", "0", "--init-states", "0", "--num-envs", "1",
-               "--sync", "--fit", "continue", *SHORT]
+               "--sync", "--fit", "continue", "--keep-greedy-successes", *SHORT]
     first = subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=900,
                            check=False)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
@@ -57,6 +57,9 @@ def test_rft_round_runs_in_short_form_and_resumes(tmp_path):
     assert fitted["init_checkpoint"] == str(tmp_path / "sft0" / "final.pt")  # --fit continue: from the sampler
     settings = json.loads((out / "round_1" / "sample_1" / "eval.json").read_text())["settings"]
     assert settings["deterministic"] is False and settings["std"] == 0.05 and settings["seed"] == 1001
+    for r in (0, 1):  # --keep-greedy-successes: the greedy evaluations record their successes (none here)
+        assert f"--out {out}/round_{r}/eval --record-dataset {out}/round_{r}/eval_rollouts --successes-only" in \
+            first.stdout
 
     again = subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300,
                            check=False)

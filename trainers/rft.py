@@ -13,7 +13,9 @@ Each round is three product commands, run one after the other:
 2. **fit**: ``trainers/sft.py --config SFT_CONFIG sft.dataset=DEMOS,ROLLOUTS...`` clones the demos plus every
    success kept so far (all rounds), from the SFT config's fresh initialisation as the first SFT did, or with
    ``--fit continue`` from the policy that sampled the round (``sft.init_checkpoint``);
-3. **evaluate**: ``trainers/eval.py --checkpoint OUT/round_R/sft/final.pt`` greedy, on the same starts.
+3. **evaluate**: ``trainers/eval.py --checkpoint OUT/round_R/sft/final.pt`` greedy, on the same starts. With
+   ``--keep-greedy-successes`` this evaluation also records its successes (``round_R/eval_rollouts``), and the next
+   round fits them too: the greedy policy's own successes come for free, as one more sample per start.
 
 The new policy samples the next round. With a 0/1 success reward this is the policy-improvement step that
 REINFORCE with a zero baseline takes, but fitted to convergence instead of one small on-policy step; it needs no
@@ -127,19 +129,19 @@ class RFTRun:
     def learn(self) -> list[dict[str, Any]]:
         args, started = self.args, time.monotonic()
         current = args.init_checkpoint
-        rows = [{"round": 0, "checkpoint": current, "greedy": self.rate(self.evaluate(current, self.out / "round_0" /
-                                                                                      "eval"))}]
+        rows = [{"round": 0, "checkpoint": current, "greedy": self.rate(self.evaluate(
+            current, self.out / "round_0" / "eval", record=self.greedy_record(self.out / "round_0")))}]
         datasets = [args.demos]
         for r in range(1, args.rounds + 1):
             round_dir = self.out / f"round_{r}"
             ids = self.sample_ids(round_dir)
             samples = [self.evaluate(current, round_dir / f"sample_{k}", 1000 * r + k, round_dir / f"rollouts_{k}")
                        for k in ids]
-            datasets += [str(round_dir / f"rollouts_{k}") for k in ids
-                         if (round_dir / f"rollouts_{k}" / "meta" / "info.json").is_file()]
+            new = [self.out / f"round_{r - 1}" / "eval_rollouts", *(round_dir / f"rollouts_{k}" for k in ids)]
+            datasets += [str(path) for path in new if (path / "meta" / "info.json").is_file()]
             current = self.fit(round_dir, datasets, current)
             datasets = fitted_datasets(round_dir)  # what the round's SFT was given (a resumed run may differ)
-            greedy = self.evaluate(current, round_dir / "eval")
+            greedy = self.evaluate(current, round_dir / "eval", record=self.greedy_record(round_dir))
             rows.append({"round": r, "checkpoint": current, "greedy": self.rate(greedy),
                          "sampled": self.rate(self.total(samples)), "sampled_episodes": self.total(samples)["episodes"],
                          "successes_kept": self.total(samples)["successes"], "datasets": len(datasets),
@@ -150,6 +152,10 @@ class RFTRun:
             print(f"round {r}: sampled {rows[-1]['sampled']:.3f}, kept {rows[-1]['successes_kept']} successes, "
                   f"greedy {rows[0]['greedy']:.3f} -> {rows[-1]['greedy']:.3f}", flush=True)
         return rows
+
+    def greedy_record(self, round_dir: pathlib.Path) -> pathlib.Path | None:
+        """Where a round's greedy evaluation records its successes (``--keep-greedy-successes``), else None."""
+        return round_dir / "eval_rollouts" if self.args.keep_greedy_successes else None
 
     def sample_ids(self, round_dir: pathlib.Path) -> list[int]:
         """The sampled evaluations of a round: 1..--samples-per-start, or for a round already fitted the ones it
@@ -181,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit", choices=("scratch", "continue"), default="scratch",
                         help="fit each round from the SFT config's fresh initialisation, or continue from the policy "
                              "that sampled it (sft.init_checkpoint; pair it with a lower sft.learning_rate)")
+    parser.add_argument("--keep-greedy-successes", action="store_true",
+                        help="record each greedy evaluation's successes and fit them in the next round")
     parser.add_argument("--num-envs", type=int, default=2)
     parser.add_argument("--sync", action="store_true", help="envs in this process (default: one process each)")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="overrides of the SFT config")
