@@ -494,6 +494,25 @@ def test_group_outcomes_and_the_stop_rule():
 
 
 @pytest.mark.quick
+def test_an_episode_cut_by_a_worker_fault_is_no_failure_of_its_group():
+    """A cut episode (env_failure) scores 0 but was not judged: it must not make a group mixed, nor pull the
+    group's mean down (before, [1, 1, cut, 1] was a mixed group whose successes got advantage +0.25)."""
+    from vla_gym.trainers.algorithms.advantages import group_advantages
+
+    scores = torch.tensor([1., 1., 0., 1., 1., 0., 0., 1.])
+    judged = torch.tensor([True, True, False, True, True, True, True, True])
+    outcome = group_outcomes(scores, 4, success=True, judged=judged)
+    assert outcome.mixed.tolist() == [False, True] and outcome.all_success.tolist() == [True, False]
+    advantages = group_advantages(scores, 4, judged=judged)
+    assert advantages[:4].tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert advantages[4:].tolist() == pytest.approx([0.5, -0.5, -0.5, 0.5])
+    normalized = group_advantages(scores, 4, normalize_std=True, judged=judged)
+    assert normalized[:4].abs().max() == 0 and normalized[4:].tolist() == pytest.approx([1, -1, -1, 1], abs=1e-4)
+    nothing_judged = group_outcomes(torch.zeros(2), 2, success=True, judged=torch.tensor([False, False]))
+    assert not nothing_judged.mixed.any() and not nothing_judged.all_fail.any()
+
+
+@pytest.mark.quick
 def test_solved_tracker_skips_pairs_after_k_all_success_groups_and_round_trips():
     solved = StartTracker(after=2)
     solved.record((0, 1), True)

@@ -300,7 +300,7 @@ class GRPO(OnPolicyAlgorithm):
             played, played_records = self._play(specs, offset=len(results))
             if success and any(r.success is None for r in played):
                 raise ValueError(f"{self.cfg.env.id} does not report info['success']: use grpo.score=return")
-            outcome = group_outcomes(_scores(played, success), hp.group_size, success)
+            outcome = group_outcomes(_scores(played, success), hp.group_size, success, judged=_judged(played))
             if self.starts is not None:
                 self._record_starts(specs, outcome)
             results += played
@@ -312,15 +312,16 @@ class GRPO(OnPolicyAlgorithm):
             if sampling_done(mixed_found, rounds, hp.min_mixed_groups, hp.max_sampling_rounds):
                 break
 
-        scores = _scores(results, success)
-        advantages = group_advantages(scores, hp.group_size, hp.normalize_std)
+        scores, judged = _scores(results, success), _judged(results)
+        # an episode cut by a failed env worker (info["env_failure"]) was not judged by the env: it is left out of
+        # its group's mean and of the loss (its score 0 is no outcome)
+        advantages = group_advantages(scores, hp.group_size, hp.normalize_std, judged=judged)
         mixed = torch.cat([o.mixed for o in outcomes])
         uniform = ~mixed
         keep = torch.ones(len(results), dtype=torch.bool)
         if hp.filter_uniform_groups:
             keep = mixed.repeat_interleave(hp.group_size)
-        # an episode cut by a failed env worker (info["env_failure"]): its actions were not judged by the env
-        keep &= torch.tensor([result.env_failure is None for result in results], dtype=torch.bool)
+        keep &= judged
 
         prepared, rows_per_episode = [], torch.zeros(len(results))
         for obs, actions, log_probs, jobs, sub_steps in records:
@@ -537,6 +538,11 @@ def _pair(spec: EpisodeSpec) -> tuple[int, int] | None:
 
 def _scores(results, success: bool) -> torch.Tensor:
     return torch.tensor([float(r.success) if success else r.episode_return for r in results])
+
+
+def _judged(results) -> torch.Tensor:
+    """Per episode: the env judged it (not cut by a failed env worker, ``info["env_failure"]``)."""
+    return torch.tensor([r.env_failure is None for r in results], dtype=torch.bool)
 
 
 def _rows(batch: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:

@@ -35,12 +35,31 @@ def gae(
     return advantages.float(), returns.float()
 
 
-def group_advantages(scores: torch.Tensor, group_size: int, normalize_std: bool = False, eps: float = 1e-6) -> torch.Tensor:
-    """Score minus its group's mean (optionally divided by the group's std); groups are consecutive."""
+def group_advantages(scores: torch.Tensor, group_size: int, normalize_std: bool = False, eps: float = 1e-6,
+                     judged: torch.Tensor | None = None) -> torch.Tensor:
+    """Score minus its group's mean (optionally divided by the group's std); groups are consecutive.
+
+    ``judged`` (bool per score) leaves out of the mean and std the episodes the env did not judge (cut by a failed
+    env worker: their 0 is no outcome); those get advantage 0. Without it every score counts.
+
+    >>> group_advantages(torch.tensor([1., 0., 0., 1.]), 4).tolist()
+    [0.5, -0.5, -0.5, 0.5]
+    >>> cut = torch.tensor([True, True, False, True])          # the third was cut by a worker fault
+    >>> [round(a, 3) for a in group_advantages(torch.tensor([1., 0., 0., 1.]), 4, judged=cut).tolist()]
+    [0.333, -0.667, 0.0, 0.333]
+    """
     if scores.numel() % group_size:
         raise ValueError(f"{scores.numel()} scores do not split into groups of {group_size}")
     grouped = scores.reshape(-1, group_size).float()
-    advantages = grouped - grouped.mean(dim=1, keepdim=True)
+    if judged is None:
+        mean, std = grouped.mean(dim=1, keepdim=True), grouped.std(dim=1, unbiased=False, keepdim=True)
+        advantages = grouped - mean
+    else:
+        weight = judged.reshape(-1, group_size).float()
+        count = weight.sum(dim=1, keepdim=True).clamp(min=1.0)
+        mean = (grouped * weight).sum(dim=1, keepdim=True) / count
+        std = (((grouped - mean) ** 2 * weight).sum(dim=1, keepdim=True) / count).sqrt()
+        advantages = torch.where(weight > 0, grouped - mean, torch.zeros_like(grouped))
     if normalize_std:
-        advantages = advantages / (grouped.std(dim=1, unbiased=False, keepdim=True) + eps)
+        advantages = advantages / (std + eps)
     return advantages.reshape(-1)

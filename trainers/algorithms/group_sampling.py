@@ -41,13 +41,26 @@ class GroupOutcomes:
         return ~self.mixed
 
 
-def group_outcomes(scores: torch.Tensor, group_size: int, success: bool) -> GroupOutcomes:
-    """Outcomes of consecutive groups of ``group_size`` scores (``success``: scores are 1.0 / 0.0 successes)."""
+def group_outcomes(scores: torch.Tensor, group_size: int, success: bool,
+                   judged: torch.Tensor | None = None) -> GroupOutcomes:
+    """Outcomes of consecutive groups of ``group_size`` scores (``success``: scores are 1.0 / 0.0 successes).
+
+    ``judged`` (bool per score) leaves out the episodes cut by a failed env worker: a group is mixed only when its
+    judged scores differ, and all-success / all-fail by its judged scores (a group with none judged is neither).
+
+    >>> cut = torch.tensor([True, False, True, True])        # the 0 of the cut episode is no failure
+    >>> group_outcomes(torch.tensor([1., 0., 1., 1.]), 4, True, judged=cut).all_success.tolist()
+    [True]
+    """
     grouped = scores.reshape(-1, group_size)
-    uniform = (grouped == grouped[:, :1]).all(dim=1)
+    judged = torch.ones_like(grouped, dtype=torch.bool) if judged is None else judged.reshape(-1, group_size)
+    high = torch.where(judged, grouped, torch.full_like(grouped, -torch.inf)).amax(dim=1)
+    low = torch.where(judged, grouped, torch.full_like(grouped, torch.inf)).amin(dim=1)
+    any_judged = judged.any(dim=1)
+    uniform = ~any_judged | (high == low)
     if success:
-        all_success = uniform & (grouped[:, 0] > 0)
-        all_fail = uniform & (grouped[:, 0] <= 0)
+        all_success = uniform & any_judged & (low > 0)
+        all_fail = uniform & any_judged & (high <= 0)
     else:
         all_success = all_fail = torch.zeros_like(uniform)
     return GroupOutcomes(mixed=~uniform, all_success=all_success, all_fail=all_fail)
