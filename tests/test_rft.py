@@ -1,6 +1,8 @@
 """trainers/rft.py (rejection-sampling fine-tuning) in short form on real LIBERO: an SFT from a dataset given twice
 (``sft.dataset=A,A``, the several-datasets path), then one RFT round (sample with noise, keep successes, fit from
-the sampling policy with ``--fit continue``, evaluate, keeping the greedy evaluations' successes too), then the same command again, which finds every step's output and plays nothing.
+the sampling policy with ``--fit continue``, evaluate, keeping the greedy evaluations' successes too), a second
+round that samples nothing (``--samples-per-start 0``: the greedy evaluations' successes are its data), then the
+same command again, which finds every step's output and plays nothing.
 
 The 8-step episodes never succeed, so the round fits the demos alone; keeping and cloning successes is
 tests/test_rollout_dataset.py's (``--record-dataset --successes-only``) and tests/test_demos_dataset.py's (several
@@ -61,7 +63,17 @@ def test_rft_round_runs_in_short_form_and_resumes(tmp_path):
         assert f"--out {out}/round_{r}/eval --record-dataset {out}/round_{r}/eval_rollouts --successes-only" in \
             first.stdout
 
+    # a second round that samples nothing new: its data are the greedy evaluations' successes (none here)
+    command[command.index("--rounds") + 1], command[command.index("--samples-per-start") + 1] = "2", "0"
+    second = subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=900,
+                            check=False)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert second.stdout.count("running:") == 2  # round 2's fit and evaluation; round 1 is read from disk
+    row = json.loads((out / "rft.json").read_text())["rows"][2]
+    assert row["sampled"] is None and row["sampled_episodes"] == 0 and row["env_steps"] == 0
+    assert row["greedy_successes_kept"] == 0 and not list((out / "round_2").glob("sample_*"))
+
     again = subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300,
                            check=False)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert "running:" not in again.stdout and "round 1:" in again.stdout
+    assert "running:" not in again.stdout and "round 2:" in again.stdout

@@ -15,7 +15,8 @@ Each round is three product commands, run one after the other:
    ``--fit continue`` from the policy that sampled the round (``sft.init_checkpoint``);
 3. **evaluate**: ``trainers/eval.py --checkpoint OUT/round_R/sft/final.pt`` greedy, on the same starts. With
    ``--keep-greedy-successes`` this evaluation also records its successes (``round_R/eval_rollouts``), and the next
-   round fits them too: the greedy policy's own successes come for free, as one more sample per start.
+   round fits them too: the greedy policy's own successes come for free, as one more sample per start
+   (``--samples-per-start 0``: the only one; the round's ``env_steps`` count that evaluation's steps).
 
 The new policy samples the next round. With a 0/1 success reward this is the policy-improvement step that
 REINFORCE with a zero baseline takes, but fitted to convergence instead of one small on-policy step; it needs no
@@ -59,11 +60,15 @@ def played(report_dir: pathlib.Path) -> dict[str, Any]:
     return {"episodes": overall["episodes"], "successes": overall["successes"], "env_steps": steps}
 
 
-def train_minutes(round_dir: pathlib.Path) -> float | None:
-    """Minutes a round spent sampling and fitting (not evaluating), None when a step's time was not recorded."""
+def train_minutes(round_dir: pathlib.Path, kept_greedy: bool = False) -> float | None:
+    """Minutes a round spent sampling and fitting (not evaluating; with ``kept_greedy`` also the previous round's
+    greedy evaluation, whose successes it fitted), None when a step's time was not recorded."""
     path = round_dir / "minutes.json"
     minutes = json.loads(path.read_text()) if path.is_file() else {}
     spent = [v for k, v in minutes.items() if k.startswith("sample_") or k == "sft"]
+    if kept_greedy:
+        before = round_dir.parent / f"round_{int(round_dir.name.split('_')[1]) - 1}" / "minutes.json"
+        spent.append(json.loads(before.read_text()).get("eval", 0.0) if before.is_file() else 0.0)
     return round(sum(spent), 1) if spent and "sft" in minutes else None
 
 
@@ -141,15 +146,21 @@ class RFTRun:
             datasets += [str(path) for path in new if (path / "meta" / "info.json").is_file()]
             current = self.fit(round_dir, datasets, current)
             datasets = fitted_datasets(round_dir)  # what the round's SFT was given (a resumed run may differ)
+            # the previous greedy evaluation's successes, when this round fitted them, were one more sample
+            before = self.out / f"round_{r - 1}"
+            kept_greedy = [played(before / "eval")] if str(before / "eval_rollouts") in datasets else []
             greedy = self.evaluate(current, round_dir / "eval", record=self.greedy_record(round_dir))
+            sampled = self.total(samples)
             rows.append({"round": r, "checkpoint": current, "greedy": self.rate(greedy),
-                         "sampled": self.rate(self.total(samples)), "sampled_episodes": self.total(samples)["episodes"],
-                         "successes_kept": self.total(samples)["successes"], "datasets": len(datasets),
-                         "successes_fitted": successes_in(datasets), "env_steps": self.total(samples)["env_steps"],
-                         "sft_steps": fitted_steps(current), "train_minutes": train_minutes(round_dir)})
+                         "sampled": self.rate(sampled) if samples else None, "sampled_episodes": sampled["episodes"],
+                         "successes_kept": sampled["successes"],
+                         "greedy_successes_kept": sum(g["successes"] for g in kept_greedy), "datasets": len(datasets),
+                         "successes_fitted": successes_in(datasets),
+                         "env_steps": self.total(samples + kept_greedy)["env_steps"],
+                         "sft_steps": fitted_steps(current), "train_minutes": train_minutes(round_dir, bool(kept_greedy))})
             write_results(self.out / "rft.json", {"args": vars(args), "rows": rows,
                                                   "wall_minutes_this_segment": (time.monotonic() - started) / 60})
-            print(f"round {r}: sampled {rows[-1]['sampled']:.3f}, kept {rows[-1]['successes_kept']} successes, "
+            print(f"round {r}: sampled {rows[-1]['sampled']}, kept {rows[-1]['successes_kept']} successes, "
                   f"greedy {rows[0]['greedy']:.3f} -> {rows[-1]['greedy']:.3f}", flush=True)
         return rows
 
@@ -162,7 +173,7 @@ class RFTRun:
         has on disk (a stopped run resumed with another --samples-per-start keeps its history)."""
         if (round_dir / "sft" / "final.pt").is_file():
             return sorted(int(p.name.split("_")[1]) for p in round_dir.glob("sample_*") if (p / "eval.json").is_file())
-        return list(range(1, self.args.samples_per_start + 1))
+        return list(range(1, self.args.samples_per_start + 1))  # none with --samples-per-start 0
 
     @staticmethod
     def total(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -180,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--init-checkpoint", required=True, help="the policy that samples round 1")
     parser.add_argument("--out", required=True, help="run directory (round_R/ per round, rft.json)")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--samples-per-start", type=int, default=4, help="sampled episodes per (task, init state)")
+    parser.add_argument("--samples-per-start", type=int, default=4,
+                        help="sampled episodes per (task, init state); 0 with --keep-greedy-successes")
     parser.add_argument("--std", type=float, default=0.05, help="exploration noise per step and action dimension")
     parser.add_argument("--init-states", nargs="+", default=["0-3"], help="the starts trained (and evaluated) on")
     parser.add_argument("--tasks", nargs="+", default=None, help="only these task ids (default: all)")
@@ -193,8 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sync", action="store_true", help="envs in this process (default: one process each)")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="overrides of the SFT config")
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.samples_per_start < 1 or args.std <= 0:
-        parser.error("--rounds and --samples-per-start must be >= 1 and --std > 0")
+    if args.rounds < 1 or args.samples_per_start < 0 or args.std <= 0:
+        parser.error("--rounds must be >= 1, --samples-per-start >= 0 and --std > 0")
+    if args.samples_per_start == 0 and not args.keep_greedy_successes:
+        parser.error("--samples-per-start 0 samples nothing: add --keep-greedy-successes (the greedy evaluations' "
+                     "successes are then each round's new data), or sample at least 1 episode per start")
     for name in ("sft_config", "init_checkpoint", "demos"):
         if not pathlib.Path(getattr(args, name)).exists():
             parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: no such file or directory")
