@@ -298,7 +298,7 @@ class GRPO(OnPolicyAlgorithm):
             specs = self.group_specs()
             skipped += self.last_skipped
             played, played_records = self._play(specs, offset=len(results))
-            if success and any(r.success is None for r in played):
+            if success and any(r.success is None and r.env_failure is None for r in played):
                 raise ValueError(f"{self.cfg.env.id} does not report info['success']: use grpo.score=return")
             outcome = group_outcomes(_scores(played, success), hp.group_size, success, judged=_judged(played))
             if self.starts is not None:
@@ -537,7 +537,9 @@ def _pair(spec: EpisodeSpec) -> tuple[int, int] | None:
 
 
 def _scores(results, success: bool) -> torch.Tensor:
-    return torch.tensor([float(r.success) if success else r.episode_return for r in results])
+    """Per episode: 1.0 / 0.0 success (a cut episode that reported none: 0.0, left out by :func:`_judged`) or the
+    return."""
+    return torch.tensor([float(bool(r.success)) if success else r.episode_return for r in results])
 
 
 def _judged(results) -> torch.Tensor:

@@ -112,7 +112,9 @@ class RFTRun:
 
     def evaluate(self, checkpoint: str, out: pathlib.Path, sampled_seed: int | None = None,
                  record: pathlib.Path | None = None) -> dict[str, Any]:
-        if not (out / "eval.json").is_file():
+        # played again when it must record now but was played without recording (the last round of a shorter run)
+        unrecorded = sampled_seed is None and record is not None and not (out / "recorded").is_file()
+        if not (out / "eval.json").is_file() or unrecorded:
             command = [sys.executable, "trainers/eval.py", "--checkpoint", checkpoint, "--out", str(out)]
             if sampled_seed is not None:
                 command += ["--stochastic", "--std", str(self.args.std), "--noise", "step", "--seed", str(sampled_seed)]
@@ -120,6 +122,8 @@ class RFTRun:
                 command += ["--record-dataset", str(record), "--successes-only"]
             # exit code 1 with --successes-only: no success to keep, the report is written all the same
             self.timed(out, command + self.starts, allowed=(0, 1) if record is not None else (0,))
+            if record is not None:
+                (out / "recorded").write_text(str(record) + "\n")
         return played(out)
 
     def fit(self, round_dir: pathlib.Path, datasets: list[str], current: str) -> str:
@@ -149,7 +153,8 @@ class RFTRun:
             # the previous greedy evaluation's successes, when this round fitted them, were one more sample
             before = self.out / f"round_{r - 1}"
             kept_greedy = [played(before / "eval")] if str(before / "eval_rollouts") in datasets else []
-            greedy = self.evaluate(current, round_dir / "eval", record=self.greedy_record(round_dir))
+            greedy = self.evaluate(current, round_dir / "eval",
+                                   record=self.greedy_record(round_dir) if r < args.rounds else None)
             sampled = self.total(samples)
             rows.append({"round": r, "checkpoint": current, "greedy": self.rate(greedy),
                          "sampled": self.rate(sampled) if samples else None, "sampled_episodes": sampled["episodes"],
@@ -165,7 +170,8 @@ class RFTRun:
         return rows
 
     def greedy_record(self, round_dir: pathlib.Path) -> pathlib.Path | None:
-        """Where a round's greedy evaluation records its successes (``--keep-greedy-successes``), else None."""
+        """Where a round's greedy evaluation records its successes (``--keep-greedy-successes``), else None. The last
+        round's is not recorded (no round fits it); a run resumed with more rounds plays it again, recording."""
         return round_dir / "eval_rollouts" if self.args.keep_greedy_successes else None
 
     def sample_ids(self, round_dir: pathlib.Path) -> list[int]:

@@ -5,7 +5,9 @@
     logger.progress(num_timesteps, {"fps": 1800, "success": 0.5})
     logger.close()
 
-Only rank 0 logs (``enabled=False`` elsewhere makes every call a no-op). ``wandb`` is imported only
+Only rank 0 logs (``enabled=False`` elsewhere makes every call a no-op). A resumed run passes
+``initial_step`` (the checkpoint's step): TensorBoard then hides the steps after it that the stopped run had
+logged, and keeps the checkpoint's own. ``wandb`` is imported only
 when ``logging.wandb.enabled`` is true; a missing package is an error that says how to install it.
 """
 from __future__ import annotations
@@ -30,7 +32,10 @@ class RunLogger:
         if cfg.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(str(run_path / "tensorboard"), purge_step=initial_step or None)
+            # a resumed run hides what an earlier run logged *after* its checkpoint (the updates it did not keep);
+            # the record at initial_step itself is the checkpoint's own last update and stays (TensorBoard keeps
+            # the steps below purge_step)
+            self.writer = SummaryWriter(str(run_path / "tensorboard"), purge_step=initial_step + 1 if initial_step else None)
         if cfg.wandb.enabled:
             try:
                 import wandb

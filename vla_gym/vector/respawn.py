@@ -15,7 +15,8 @@ dies (segfault, out-of-memory kill, ``kill -9``) or when its env raises. ``on_wo
   timeout raises :class:`WorkerCrashedError`. The vector env is closed.
 - ``"respawn"``: the failed worker is killed and a new worker process is started from the same env fn (a fresh
   env, with the sub-env's wrappers). The sub-env's episode ends as truncated (``terminated`` False, ``truncated``
-  True, reward 0) and its row's observation is the new worker's reset observation, as after an autoreset
+  True, reward 0; ``infos["final_info"]["success"]`` False when the env reports success, so that an episode cut
+  at its first step still has one) and its row's observation is the new worker's reset observation, as after an autoreset
   (SAME_STEP): ``infos["final_obs"]`` is the last observation the row returned before the failure and
   ``infos["env_failure"]`` (at the top level and in ``infos["final_info"]``) is a string naming the sub-env, its
   env id, task and init state (where known) and the cause: ``timeout after 120s``, ``signal 9 (SIGKILL)``,
@@ -50,7 +51,8 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.async_vector_env import AsyncState
 from gymnasium.vector.utils import clear_mpi_env_vars
 
-from vla_gym.core.episodes import ENV_FAILURE  # the info key of a row whose worker failed (the cause, as text)
+# ENV_FAILURE: the info key of a row whose worker failed (the cause, as text)
+from vla_gym.core.episodes import ENV_FAILURE, SUCCESS
 
 logger = logging.getLogger(__name__)
 
@@ -255,6 +257,8 @@ class RespawnMixin:
         if command == "reset":
             return (obs, info), True
         final_info = {**self._episodes[i], ENV_FAILURE: text}  # the cut episode's task and init state, where known
+        if SUCCESS in info:  # an env that reports success: the cut step did not succeed (as it earned no reward), so
+            final_info[SUCCESS] = False  # an episode cut at its first step still reports success (GRPO scores it)
         return (obs, 0.0, False, True, {**info, "final_obs": final_obs, "final_info": final_info}), True
 
     def _restart(self, pipe: SupervisedPipe, reset_kwargs: dict) -> tuple[Any, Failure | None]:
