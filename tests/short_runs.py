@@ -48,9 +48,11 @@ def tiny_vlms(base: pathlib.Path) -> dict[str, str]:
 
 
 def simulator(env_id: str) -> str:
-    """libero | maniskill | behavior | gymnasium (any other registered id, e.g. CartPole-v1)."""
+    """libero | maniskill | metaworld | behavior | gymnasium (any other registered id, e.g. CartPole-v1)."""
     if env_id.startswith("VLA/Libero"):
         return "libero"
+    if env_id.startswith("VLA/MetaWorld"):
+        return "metaworld"
     if env_id.startswith("VLA/ManiSkill"):
         return "maniskill"
     if env_id.startswith("VLA/Behavior"):
@@ -82,7 +84,7 @@ def config_short_form(config: pathlib.Path, run_dir: str | pathlib.Path, models:
         "logging.tensorboard=false", "checkpoint.resume=null",
     ]
     env_kwargs = env.get("kwargs") or {}
-    if simulator(env.get("id", "CartPole-v1")) in ("libero", "maniskill"):
+    if simulator(env.get("id", "CartPole-v1")) in ("libero", "maniskill", "metaworld"):
         overrides.append("env.kwargs.max_episode_steps=8")  # one 8-step chunk, or 8 steps, per episode
         if "image_size" in env_kwargs or "cameras" in env_kwargs:
             overrides.append(f"env.kwargs.image_size={SHORT_IMAGE_SIZE}")

@@ -33,10 +33,14 @@ def datasets(tmp_path_factory):
 
     root, made = tmp_path_factory.mktemp("demos"), {}
 
-    def get(env_id: str, cameras: list[str]) -> str:
+    def get(env_id: str, cameras: list[str], env_kwargs: dict | None = None) -> str:
         if env_id not in made:
             out = root / env_id.replace("/", "_")
-            if env_id.startswith("VLA/ManiSkill"):
+            if env_id.startswith("VLA/MetaWorld"):  # state configs: recorded with the config's own env kwargs
+                pytest.importorskip("metaworld")
+                record_demos(env_id, out, episodes_per_task=1, task_ids=[0], keep_failures=True, progress=False,
+                             max_episode_steps=8, **(env_kwargs or {}))
+            elif env_id.startswith("VLA/ManiSkill"):
                 pytest.importorskip("mani_skill")
                 record_demos(env_id, out, episodes_per_task=3, noise=0.3, seed=0, progress=False,
                              cameras=cameras, image_size=SHORT_IMAGE_SIZE)
@@ -74,7 +78,7 @@ def test_every_sft_config_runs_in_short_form(config, datasets, models, tmp_path)
     from vla_gym.trainers.runtime.checkpoint import load_policy
 
     cfg = load_config(config)
-    dataset = datasets(cfg.env.id, cfg.env.kwargs.get("cameras", ["main"]))
+    dataset = datasets(cfg.env.id, cfg.env.kwargs.get("cameras", ["main"]), dict(cfg.env.kwargs))
     result = subprocess.run(
         [*executable("python"), "trainers/sft.py", "--config", str(config),
          *sft_short_form(config, tmp_path, dataset, models)],
@@ -87,7 +91,8 @@ def test_every_sft_config_runs_in_short_form(config, datasets, models, tmp_path)
     state = torch.load(final, weights_only=False)
     state["policy_kwargs"].update(overrides)
     policy = load_policy(state)  # what trainers/eval.py and GRPO rebuild from the checkpoint
-    assert state["algo"] == "sft" and state["counters"]["num_updates"] == 2 and policy.action_space.shape[-1] == 7
+    action_dim = 4 if cfg.env.id.startswith("VLA/MetaWorld") else 7  # Meta-World's own 4-D action
+    assert state["algo"] == "sft" and state["counters"]["num_updates"] == 2 and policy.action_space.shape[-1] == action_dim
 
 
 def _sft_config(tmp_path, dataset: str, *extra: str):

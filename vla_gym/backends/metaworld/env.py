@@ -22,12 +22,20 @@ Reward is Meta-World's dense reward (0..10), ``info["success"]`` its success fla
 only when an observation is wanted, with MuJoCo's own renderer (``MUJOCO_GL=egl`` by default), right side up
 (:mod:`vla_gym.backends.metaworld.cameras`).
 
+Multi-task learning from state (docs/metaworld.md, "Demos -> SFT -> RL on MT10"): ``task_one_hot=True`` appends
+a one-hot of the task's index in the env's task list to the ``obs_mode="state"`` observation (Meta-World's own MT
+convention: its 39 numbers do not say which task runs), and ``fixed_goals=N`` gives every task N fixed initial
+states, init state i being Meta-World's draw from ``env.seed(i)`` (the positions ``reset(seed=i)`` gives without
+it), so that goals split into training and held-out ranges as LIBERO's init states do (``init_states="0-39"``,
+``trainers/eval.py --init-states 40-49``, ``grpo.train_init_states``).
+
 MuJoCo: metaworld 3.1.1 pins ``mujoco==3.3.0``; vla_gym runs it on the MuJoCo that LIBERO uses (3.17). The one
 incompatibility, Meta-World writing 11 weld parameters into MuJoCo's ``eq_data`` rows of 12, is bridged by
 :func:`patch_mocap_welds` (docs/metaworld.md has the measurements).
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -122,15 +130,17 @@ class MetaWorldBackend(Backend):
     action_dim = 4
 
     def __init__(self, cameras: Sequence[str] = ("main",), image_size=(224, 224), obs_mode: str = "images",
-                 main_camera: str = CAMERAS["main"], goal_observable: bool = True):
+                 main_camera: str = CAMERAS["main"], goal_observable: bool = True, one_hot_tasks: int = 0):
         super().__init__(cameras, image_size)
         self._classes = import_metaworld()
         self.obs_mode = obs_mode
         self.goal_observable = goal_observable
-        self.state_dim = OBS_DIM if obs_mode == "state" else PROPRIO_DIM
+        self.one_hot_tasks = one_hot_tasks  # > 0: the state ends with a one-hot of the task index, this long
+        self.state_dim = (OBS_DIM + one_hot_tasks) if obs_mode == "state" else PROPRIO_DIM
         self._camera_names = [main_camera if role == "main" else CAMERAS[role] for role in self.camera_roles]
         self._envs: dict = {}  # Meta-World name -> built env, kept across task switches
         self._env = None
+        self._task_index = 0
         self._renderer = None
         self._obs: np.ndarray | None = None
 
@@ -155,9 +165,11 @@ class MetaWorldBackend(Backend):
         if self._env is not self._envs[name]:
             self._close_renderer()  # a renderer holds one model's textures and meshes
         self._env = self._envs[name]
+        self._task_index = task.index
 
     def reset(self, init_state_id: int | None, seed: int) -> None:
-        self._env.seed(seed)  # Meta-World's own generator: this episode's object and goal positions
+        # Meta-World's own generator: this episode's object and goal positions (a fixed goal i: seed i's)
+        self._env.seed(seed if init_state_id is None else init_state_id)
         self._obs = self._env.reset()[0]
         # Meta-World's reset moves the goal marker in the model after its last kinematics pass, so the first frame
         # would show it where the previous draw put it; place the markers as its step() does after each step
@@ -190,6 +202,10 @@ class MetaWorldBackend(Backend):
         state = self._obs.astype(np.float32)
         if not self.goal_observable:
             state[-3:] = 0.0  # as Meta-World's partially observable (ML) envs report it
+        if self.one_hot_tasks:
+            one_hot = np.zeros(self.one_hot_tasks, dtype=np.float32)
+            one_hot[self._task_index] = 1.0
+            state = np.concatenate([state, one_hot])
         return state
 
     def render(self) -> dict[str, np.ndarray]:
@@ -220,10 +236,21 @@ class MetaWorldBackend(Backend):
         return renderer
 
 
-def check_options(cameras: Sequence[str] | None, obs_mode: str, main_camera: str) -> tuple[str, ...]:
+def check_options(cameras: Sequence[str] | None, obs_mode: str, main_camera: str, task_one_hot: bool = False,
+                  fixed_goals: int | None = None, init_states=None) -> tuple[str, ...]:
     """Check the keyword arguments; return the camera roles to render."""
     if obs_mode not in OBS_MODES:
         raise ValueError(f"obs_mode must be one of {OBS_MODES}, got {obs_mode!r}")
+    if task_one_hot and obs_mode != "state":
+        raise ValueError("task_one_hot=True extends Meta-World's 39-D observation: it needs obs_mode='state' (image "
+                         "policies read the instruction to tell the tasks apart)")
+    if fixed_goals is not None and (isinstance(fixed_goals, bool) or not isinstance(fixed_goals, int)
+                                    or fixed_goals < 1):
+        raise ValueError(f"fixed_goals must be a positive number of goals per task (e.g. 50) or None, "
+                         f"got {fixed_goals!r}")
+    if init_states is not None and fixed_goals is None:
+        raise ValueError(f"init_states={init_states!r} picks among fixed goals: add fixed_goals=N (e.g. 50; Meta-World's "
+                         "goals otherwise come from the seed)")
     if main_camera not in MAIN_CAMERAS:
         raise ValueError(f"main_camera must be one of Meta-World's cameras {list(MAIN_CAMERAS)}, got {main_camera!r}")
     if cameras is None:
@@ -253,19 +280,30 @@ class MetaWorldEnv(VLAEnv):
             from the front corner), ``corner``, ``corner2``, ``corner3`` or ``topview``; all right side up.
         goal_observable: whether ``obs_mode="state"`` shows the goal position (its last 3 numbers); the ML ids
             set False, as Meta-World's ML benchmarks hide it.
+        task_one_hot: with ``obs_mode="state"``, append a one-hot of the task's index in ``tasks`` to the state
+            (39 + len(tasks) numbers): Meta-World's multi-task convention, without which a state policy cannot
+            tell e.g. drawer-open from drawer-close.
+        fixed_goals: N gives every task N fixed initial states: init state i is the object and goal positions
+            Meta-World draws from ``env.seed(i)``, and ``reset(seed=s)`` plays init state ``s % N`` (the same
+            positions as without it for s < N). None (default): every seed is its own draw.
+        init_states: with ``fixed_goals``, the init states that resets not pinned by ``init_state_id`` take
+            (``"0-39"`` or a list): training goals, the others held out.
         max_episode_steps: overrides Meta-World's limit of 500 steps.
     """
 
     def __init__(self, tasks: Sequence[str], task_id: int | None = None, obs_mode: str = "images",
                  cameras: Sequence[str] | None = None, image_size: int | tuple[int, int] = 224,
-                 main_camera: str = CAMERAS["main"], goal_observable: bool = True,
+                 main_camera: str = CAMERAS["main"], goal_observable: bool = True, task_one_hot: bool = False,
+                 fixed_goals: int | None = None, init_states: str | Sequence[int] | None = None,
                  max_episode_steps: int | None = None, render_mode: str | None = None):
         if isinstance(image_size, int):
             image_size = (image_size, image_size)
+        roles = check_options(cameras, obs_mode, main_camera, task_one_hot, fixed_goals, init_states)
         specs = task_specs(tasks)
+        if fixed_goals is not None:
+            specs = tuple(dataclasses.replace(spec, num_init_states=fixed_goals) for spec in specs)
         task_id = schema.check_index("task_id", task_id, len(specs))
-        roles = check_options(cameras, obs_mode, main_camera)
         backend = MetaWorldBackend(roles, tuple(image_size), obs_mode=obs_mode, main_camera=main_camera,
-                                   goal_observable=goal_observable)
+                                   goal_observable=goal_observable, one_hot_tasks=len(specs) if task_one_hot else 0)
         super().__init__(backend, specs, task_id=task_id, max_episode_steps=max_episode_steps,
-                         render_mode=render_mode)
+                         render_mode=render_mode, init_states=init_states)
