@@ -73,13 +73,20 @@ def test_configs_share_the_env_and_the_actor_and_keep_goals_40_49_out_of_trainin
     assert ppo["policy"]["kwargs"].get("critic", True) and grpo["policy"]["kwargs"]["critic"] is False
 
 
-@pytest.mark.quick
-def test_table_script_goal_ranges():
+def script(name: str):
+    """A module of scripts/ (imported with scripts/ on the path for that import only)."""
+    import importlib
+
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
-        from metaworld_rl_table import goal_range
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(ROOT / "scripts"))
+
+
+@pytest.mark.quick
+def test_table_script_goal_ranges():
+    goal_range = script("metaworld_rl_table").goal_range
     assert goal_range("40-49") == list(range(40, 50)) and goal_range("0") == [0]
     with pytest.raises(SystemExit, match="one contiguous range"):
         goal_range("0,2")
@@ -191,11 +198,7 @@ def test_demos_sft_one_rl_update_and_the_table_in_short_form(mw, tmp_path):
 @pytest.mark.quick
 def test_docs_show_the_measured_rows():
     """docs/metaworld.md's table = docs/results/metaworld_rl.json, as scripts/metaworld_rl_table.py prints it."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import libero_rl_table
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    libero_rl_table = script("libero_rl_table")
     data = json.loads((ROOT / "docs" / "results" / "metaworld_rl.json").read_text())
     assert data["rows"] and all(row["suite"] == "mt10" for row in data["rows"])
     docs = (ROOT / "docs" / "metaworld.md").read_text()
