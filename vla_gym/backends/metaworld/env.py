@@ -140,7 +140,7 @@ class MetaWorldBackend(Backend):
         self._camera_names = [main_camera if role == "main" else CAMERAS[role] for role in self.camera_roles]
         self._envs: dict = {}  # Meta-World name -> built env, kept across task switches
         self._env = None
-        self._task_index = 0
+        self._task_one_hot = np.zeros(one_hot_tasks, dtype=np.float32)  # set once per task by load(), not per step
         self._renderer = None
         self._obs: np.ndarray | None = None
 
@@ -165,7 +165,9 @@ class MetaWorldBackend(Backend):
         if self._env is not self._envs[name]:
             self._close_renderer()  # a renderer holds one model's textures and meshes
         self._env = self._envs[name]
-        self._task_index = task.index
+        self._task_one_hot = np.zeros(self.one_hot_tasks, dtype=np.float32)
+        if self.one_hot_tasks:
+            self._task_one_hot[task.index] = 1.0
 
     def reset(self, init_state_id: int | None, seed: int) -> None:
         # Meta-World's own generator: this episode's object and goal positions (a fixed goal i: seed i's)
@@ -203,9 +205,7 @@ class MetaWorldBackend(Backend):
         if not self.goal_observable:
             state[-3:] = 0.0  # as Meta-World's partially observable (ML) envs report it
         if self.one_hot_tasks:
-            one_hot = np.zeros(self.one_hot_tasks, dtype=np.float32)
-            one_hot[self._task_index] = 1.0
-            state = np.concatenate([state, one_hot])
+            state = np.concatenate([state, self._task_one_hot])
         return state
 
     def render(self) -> dict[str, np.ndarray]:
