@@ -45,7 +45,7 @@ def test_rft_round_runs_in_short_form_and_resumes(tmp_path):
     command = [*executable("python"), "trainers/rft.py", "--sft-config", str(CONFIG), "--demos", str(demos),
                "--init-checkpoint", str(tmp_path / "sft0" / "final.pt"), "--out", str(tmp_path / "rft"),
                "--rounds", "1", "--samples-per-start", "1", "--tasks", "0", "--init-states", "0", "--num-envs", "1",
-               "--sync", "--fit", "continue", "--keep-greedy-successes", *SHORT]
+               "--sync", "--fit", "continue", "--keep-greedy-successes", "--seed", "1", *SHORT]
     first = subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=900,
                            check=False)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
@@ -55,10 +55,13 @@ def test_rft_round_runs_in_short_form_and_resumes(tmp_path):
     assert rows[1]["sampled"] == 0.0 and rows[1]["successes_kept"] == 0 and rows[1]["env_steps"] == 8
     assert rows[1]["sft_steps"] == 2 and rows[1]["train_minutes"] > 0
     assert (out / "round_1" / "sft" / "final.pt").is_file() and (out / "round_1" / "eval" / "eval.json").is_file()
-    fitted = yaml.safe_load((out / "round_1" / "sft" / "config.yaml").read_text())["sft"]
+    fitted_config = yaml.safe_load((out / "round_1" / "sft" / "config.yaml").read_text())
+    fitted = fitted_config["sft"]
+    assert fitted_config["seed"] == 1  # --seed: the fit's training seed
     assert fitted["init_checkpoint"] == str(tmp_path / "sft0" / "final.pt")  # --fit continue: from the sampler
     settings = json.loads((out / "round_1" / "sample_1" / "eval.json").read_text())["settings"]
-    assert settings["deterministic"] is False and settings["std"] == 0.05 and settings["seed"] == 1001
+    # --seed 1: round 1's sample 1 plays seed 100,000 * 1 + 1000 * 1 + 1
+    assert settings["deterministic"] is False and settings["std"] == 0.05 and settings["seed"] == 101001
     # --keep-greedy-successes: the greedy evaluations record their successes (none here), but the last round's
     recording = "--out {out}/round_{r}/eval --record-dataset {out}/round_{r}/eval_rollouts --successes-only"
     assert recording.format(out=out, r=0) in first.stdout and recording.format(out=out, r=1) not in first.stdout

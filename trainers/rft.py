@@ -3,7 +3,7 @@
     python trainers/rft.py --sft-config examples/configs/libero_object_miniature_sft.yaml \
         --demos runs/libero_rl/demos_object_3 --init-checkpoint runs/libero_rl/sft3_object_s0/final.pt \
         --init-states 0-3 --rounds 2 --samples-per-start 4 --std 0.05 --out runs/libero_rl/rft_object_s0
-    python trainers/rft.py ... sft.epochs=10 seed=1          # key=value: overrides of the SFT config
+    python trainers/rft.py ... --seed 1 sft.epochs=10        # a second training seed; key=value: SFT overrides
 
 Each round is three product commands, run one after the other:
 
@@ -93,6 +93,12 @@ def successes_in(datasets: list[str]) -> int:
     return sum(int(json.loads(p.read_text())["episodes"]) for p in summaries if p.is_file())
 
 
+def sample_seed(seed: int, round_index: int, sample: int) -> int:
+    """The env/noise seed of sampled evaluation ``sample`` of round ``round_index`` in a run of training seed
+    ``seed``: distinct across samples, rounds and training seeds (seed 0 keeps the original 1000 * r + k)."""
+    return 100_000 * seed + 1000 * round_index + sample
+
+
 class RFTRun:
     """The rounds of one RFT run in ``out`` (the module docstring)."""
 
@@ -132,7 +138,7 @@ class RFTRun:
             start = [f"sft.init_checkpoint={current}"] if self.args.fit == "continue" else []
             self.timed(round_dir / "sft", [sys.executable, "trainers/sft.py", "--config", self.args.sft_config,
                                            f"run_dir={round_dir}", "name=sft", f"sft.dataset={','.join(datasets)}",
-                                           *start, *self.args.overrides])
+                                           f"seed={self.args.seed}", *start, *self.args.overrides])
         return str(final)
 
     def learn(self) -> list[dict[str, Any]]:
@@ -144,8 +150,8 @@ class RFTRun:
         for r in range(1, args.rounds + 1):
             round_dir = self.out / f"round_{r}"
             ids = self.sample_ids(round_dir)
-            samples = [self.evaluate(current, round_dir / f"sample_{k}", 1000 * r + k, round_dir / f"rollouts_{k}")
-                       for k in ids]
+            samples = [self.evaluate(current, round_dir / f"sample_{k}", sample_seed(args.seed, r, k),
+                                     round_dir / f"rollouts_{k}") for k in ids]
             new = [self.out / f"round_{r - 1}" / "eval_rollouts", *(round_dir / f"rollouts_{k}" for k in ids)]
             datasets += [str(path) for path in new if (path / "meta" / "info.json").is_file()]
             current = self.fit(round_dir, datasets, current)
@@ -207,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                              "that sampled it (sft.init_checkpoint; pair it with a lower sft.learning_rate)")
     parser.add_argument("--keep-greedy-successes", action="store_true",
                         help="record each greedy evaluation's successes and fit them in the next round")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="training seed: each round's SFT fit (seed=N) and the sampled episodes' noise")
     parser.add_argument("--num-envs", type=int, default=2)
     parser.add_argument("--sync", action="store_true", help="envs in this process (default: one process each)")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="overrides of the SFT config")
