@@ -277,7 +277,8 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
         if dist.is_main:
             shutil.rmtree(staging, ignore_errors=True)  # a killed recording's episodes
         dist.barrier()
-        env_cfg = dataclasses.replace(env_cfg, wrappers=recording_wrappers(staging, env_cfg.wrappers))
+        env_cfg = dataclasses.replace(env_cfg, wrappers=recording_wrappers(staging, env_cfg.wrappers,
+                                                                           successes_only=args.successes_only))
     envs = make_envs(env_cfg, args.num_envs, kwargs=kwargs)
     try:
         if contract is not None:

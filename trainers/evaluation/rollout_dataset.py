@@ -33,9 +33,10 @@ class EmptyDatasetError(ValueError):
     """No evaluated episode qualifies for the dataset (``--successes-only`` and none succeeded)."""
 
 
-def recording_wrappers(staging: str | os.PathLike, wrappers: Sequence[Any]) -> list[Any]:
-    """``wrappers`` with :class:`~vla_gym.wrappers.RecordEpisodes` innermost, staging into ``staging``."""
-    return [{"name": RECORDER, "kwargs": {"directory": str(staging)}}, *wrappers]
+def recording_wrappers(staging: str | os.PathLike, wrappers: Sequence[Any], successes_only: bool = False) -> list[Any]:
+    """``wrappers`` with :class:`~vla_gym.wrappers.RecordEpisodes` innermost, staging into ``staging`` (with
+    ``successes_only``, failures as markers alone and skipped frames rendered for successes only)."""
+    return [{"name": RECORDER, "kwargs": {"directory": str(staging), "successes_only": successes_only}}, *wrappers]
 
 
 def played_markers(markers: Sequence[dict[str, Any]], results: Sequence[EpisodeResult]) -> list[dict[str, Any]]:
@@ -60,6 +61,10 @@ def write_rollout_dataset(staging: str | os.PathLike, out: str | os.PathLike, re
     if missing:
         raise RuntimeError(f"episodes {missing[:5]} were played but not staged in {staging}")
     kept = [m for m in markers if m["success"] or not successes_only]
+    unstaged = [m for m in kept if m.get("file") is None]
+    if unstaged:
+        raise RuntimeError(f"{len(unstaged)} kept episodes were staged as markers alone (recorded with "
+                           "successes_only=True): record again without it to keep the failures")
     if not kept:
         raise EmptyDatasetError(f"no dataset written to {out}: none of the {len(results)} episodes succeeded "
                                 "(--successes-only); evaluate more episodes or keep the failures too")

@@ -76,6 +76,15 @@ class Backend(abc.ABC):
     def close(self) -> None:
         """Free the simulator and its renderer. Safe to call twice."""
 
+    def render_snapshot(self) -> Any:
+        """What :meth:`render` would read now, kept so that :meth:`render_from` renders this moment later (the
+        skipped frames of an episode that turns out to be kept); None when the backend cannot (render now)."""
+        return None
+
+    def render_from(self, snapshot: Any) -> dict[str, np.ndarray]:
+        """Every camera role as :meth:`render` gave it when ``snapshot`` was taken; the scene is left as it is."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no render snapshots (render_snapshot() is None)")
+
     def scene_controls(self):
         """The loaded scene's :class:`vla_gym.ood.perturbations.SceneControls` (lighting, colours, camera, poses)."""
         raise NotImplementedError(

@@ -286,6 +286,18 @@ class VLAEnv(gym.Env):
         self._images = self.backend.render()
         return self._observation()
 
+    def render_snapshot(self):
+        """What the cameras would show now, kept to render later with :meth:`images_from` (a few KB for MuJoCo
+        simulators), or None when the simulator cannot: then render now (:meth:`observe`)."""
+        if self.task is None:
+            raise RuntimeError("call reset() before render_snapshot()")
+        return self.backend.render_snapshot()
+
+    def images_from(self, snapshot) -> dict[str, np.ndarray]:
+        """The camera images as they were when :meth:`render_snapshot` returned ``snapshot`` (the same pixels an
+        immediate render gave); the simulation is left as it is."""
+        return self.backend.render_from(snapshot)
+
     def render(self):
         """The main camera's last rendered frame (``render_mode='rgb_array'``)."""
         if self.render_mode is None:

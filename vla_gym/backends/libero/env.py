@@ -33,6 +33,7 @@ from vla_gym.backends.libero.cameras import CAMERAS
 from vla_gym.backends.libero.mujoco_check import warn_if_unchecked_mujoco
 from vla_gym.backends.libero.scene import LiberoScene
 from vla_gym.backends.mujoco_gl import GL_ERROR, OpenRenderContexts, explain_gl_errors, release_freed_memory
+from vla_gym.backends.mujoco_render_state import render_state, rendered_as
 from vla_gym.core.env import VLAEnv
 from vla_gym.core.errors import MissingSimulatorError
 from vla_gym.core.geometry import quat_to_axis_angle
@@ -238,6 +239,15 @@ class LiberoBackend(Backend):
                 frame = sim.render(camera_name=CAMERAS[role], width=width, height=height)
                 images[role] = np.ascontiguousarray(frame[self._flip])  # MuJoCo frames are upside down
         return images
+
+    def render_snapshot(self) -> dict[str, np.ndarray]:
+        """The poses the cameras would see now (:mod:`vla_gym.backends.mujoco_render_state`, ~20 KB)."""
+        return render_state(self._env.sim.data._data)
+
+    def render_from(self, snapshot: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The cameras as :meth:`render` showed them when ``snapshot`` was taken (bit for bit)."""
+        with rendered_as(self._env.sim.data._data, snapshot):
+            return self.render()
 
 
 class LiberoEnv(VLAEnv):

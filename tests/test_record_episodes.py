@@ -1,0 +1,89 @@
+"""``RecordEpisodes(successes_only=True)`` renders the frames an action chunk skipped only for successes, from the
+poses kept at each skipped step (``VLAEnv.render_snapshot()``), and those frames are the pixels an immediate
+render gives: the scripted expert's successful LIBERO episode is recorded both ways and compared frame by frame.
+A failure is staged as its marker alone."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("libero")
+pytest.importorskip("pyarrow")
+
+from short_runs import SHORT_IMAGE_SIZE  # noqa: E402
+
+TASK, INIT_STATE, CHUNK = 1, 0, 8  # LIBERO-Object "pick up the cream cheese ...": the expert needs ~90 steps
+
+
+def make_env():
+    import gymnasium as gym
+
+    import vla_gym  # noqa: F401
+
+    return gym.make("VLA/LiberoObject-v0", cameras=["main", "wrist"], image_size=SHORT_IMAGE_SIZE)
+
+
+def expert_actions(env) -> np.ndarray:
+    """The scripted expert's actions up to its success (the episode the recorders replay)."""
+    from vla_gym.data.experts.dispatch import expert_for
+
+    env.reset(seed=0, options={"task_id": TASK, "init_state_id": INIT_STATE})
+    expert, actions = expert_for(env), []
+    for _ in range(300):
+        actions.append(expert())
+        *_, terminated, _, _ = env.step(actions[-1])
+        if terminated:
+            return np.asarray(actions, np.float32)
+    pytest.fail("the scripted expert did not succeed")
+
+
+def record(env, directory, actions: np.ndarray, successes_only: bool) -> list[dict]:
+    from vla_gym.wrappers import ActionChunk, RecordEpisodes
+    from vla_gym.wrappers.record_episodes import staged_episodes
+
+    chunked = ActionChunk(RecordEpisodes(env, directory, successes_only=successes_only), chunk_size=CHUNK)
+    chunked.reset(seed=0, options={"task_id": TASK, "init_state_id": INIT_STATE})
+    for start in range(0, len(actions), CHUNK):
+        *_, terminated, truncated, _ = chunked.step(actions[start:start + CHUNK])
+        if terminated or truncated:
+            break
+    return staged_episodes(directory)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    env = make_env()
+    try:
+        actions = expert_actions(env)
+        root = tmp_path_factory.mktemp("recorded")
+        now = record(env, root / "now", actions, successes_only=False)
+        later = record(env, root / "later", actions, successes_only=True)
+        # a failure: the same start, the first chunk only, cut by the time limit
+        env.unwrapped.max_episode_steps_override = CHUNK
+        failed = record(env, root / "failed", actions[:CHUNK], successes_only=True)
+    finally:
+        env.close()
+    return root, actions, now, later, failed
+
+
+def test_deferred_frames_of_a_success_are_the_immediately_rendered_ones(recorded):
+    import pyarrow.parquet as pq
+
+    root, actions, now, later, _ = recorded
+    assert [m["success"] for m in now] == [True] and [m["success"] for m in later] == [True]
+    assert now[0]["length"] == later[0]["length"] == len(actions)
+    immediate = pq.read_table(root / "now" / now[0]["file"]).to_pydict()
+    deferred = pq.read_table(root / "later" / later[0]["file"]).to_pydict()
+    assert immediate.keys() == deferred.keys()
+    for key in immediate:
+        assert immediate[key] == deferred[key], key  # every column: images (PNG bytes), state, action, ...
+    assert len({frame["bytes"] for frame in deferred["observation.images.main"]}) > len(actions) // 2
+
+
+def test_a_failure_with_successes_only_is_staged_as_its_marker_alone(recorded):
+    root, _, _, _, failed = recorded
+    assert len(failed) == 1 and failed[0]["success"] is False and failed[0]["file"] is None
+    assert failed[0]["length"] == CHUNK and not list((root / "failed").glob("*.parquet"))
+    assert json.loads(next((root / "failed").glob("ep-*.json")).read_text())["task_id"] == TASK
