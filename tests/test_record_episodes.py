@@ -87,3 +87,21 @@ def test_a_failure_with_successes_only_is_staged_as_its_marker_alone(recorded):
     assert len(failed) == 1 and failed[0]["success"] is False and failed[0]["file"] is None
     assert failed[0]["length"] == CHUNK and not list((root / "failed").glob("*.parquet"))
     assert json.loads(next((root / "failed").glob("ep-*.json")).read_text())["task_id"] == TASK
+
+
+def test_the_record_cost_benchmark_runs_in_short_form(tmp_path):
+    """benchmarks/record_cost.py at 32 px, one camera, one repeat (it claims nothing at this size: it must run)."""
+    import subprocess
+    import sys
+
+    from short_runs import ROOT
+
+    out = tmp_path / "cost.json"
+    done = subprocess.run([sys.executable, "benchmarks/record_cost.py", "--image-size", "32", "--cameras", "main",
+                           "--repeats", "1", "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["episode"], r["mode"]) for r in rows][:3] == [("success", "unrecorded"), ("success", "recorded"),
+                                                             ("success", "recorded, successes only")]
+    assert all(r["ms_per_step"] > 0 for r in rows) and rows[0]["ratio"] == 1.0
