@@ -36,25 +36,12 @@ import time
 import numpy as np
 
 from vla_gym.runtime.cli_args import script_parser
+from vla_gym.runtime.memory import proc_status
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results" / "memory_soak.json"
 CHECKPOINTS = (0, 100, 500, 1000, 2000)
 MB = 1024.0
-
-
-def proc_status(pid: int | str = "self") -> dict[str, float]:
-    """VmRSS, VmHWM, RssAnon, RssFile of process ``pid`` in MB (from /proc/PID/status; empty if it is gone)."""
-    out = {}
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                key, _, value = line.partition(":")
-                if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
-                    out[key] = int(value.split()[0]) / MB  # kB
-    except FileNotFoundError:
-        pass
-    return out
 
 
 def read_rows(path: pathlib.Path) -> list[dict]:

@@ -264,7 +264,7 @@ def test_ppo_rollouts_do_not_learn_from_a_cut_step_nor_count_its_episode(tmp_pat
 
 
 @pytest.mark.quick
-def test_trainers_use_respawn_and_log_worker_restarts():
+def test_trainers_use_respawn_and_log_worker_restarts_and_memory():
     from vla_gym.trainers import PPO
     from vla_gym.trainers.runtime.config import config_from_dict
 
@@ -278,6 +278,8 @@ def test_trainers_use_respawn_and_log_worker_restarts():
         assert (model.envs.on_worker_failure, model.envs.step_timeout) == ("respawn", 120.0)
         model.learn()
         assert model.last_metrics["env/worker_restarts"] == 0
+        # the memory curve of a long run (docs/reliability.md): the largest worker's and trainer process's RSS
+        assert 10 < model.last_metrics["env/worker_rss_mb"] < 4000 and model.last_metrics["proc/rss_mb"] > 50
     finally:
         model.close()
 

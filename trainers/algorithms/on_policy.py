@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vla_gym.runtime.memory import proc_status, worker_rss_mb
 from vla_gym.trainers.algorithms.sb3_api import SB3Interface
 from vla_gym.trainers.algorithms.schedules import schedule
 from vla_gym.trainers.evaluation.periodic import TrainingEvaluator
@@ -188,6 +189,7 @@ class OnPolicyAlgorithm(SB3Interface):
                 restarts = worker_restarts(self.envs)
                 if restarts is not None:  # workers restarted so far (hung, dead or raising sub-envs), all ranks
                     metrics["env/worker_restarts"] = self.dist.sum_tensor(torch.tensor([float(restarts)])).item()
+                metrics.update(self._memory_metrics())
                 metrics.update(self._update(buffer, num_minibatches))
                 self._update_statistics(buffer)
                 self.num_updates += 1
@@ -263,6 +265,16 @@ class OnPolicyAlgorithm(SB3Interface):
         metrics["train/actor/lr"] = lr
         metrics["train/epochs"] = epochs_done
         metrics["train/optimizer_steps"] = optimizer_steps  # few with a tight target_kl: the update stopped early
+        return metrics
+
+    def _memory_metrics(self) -> dict[str, float]:
+        """``proc/rss_mb``: the largest trainer process's resident memory, ``env/worker_rss_mb``: the largest env
+        worker's (all ranks; absent without worker processes), in MB: a long run's memory curve
+        (docs/reliability.md)."""
+        metrics = {"proc/rss_mb": self.dist.max(proc_status().get("VmRSS", 0.0))}
+        workers = worker_rss_mb(self.envs)
+        if workers is not None:
+            metrics["env/worker_rss_mb"] = self.dist.max(workers)
         return metrics
 
     def _update_statistics(self, buffer: RolloutBuffer) -> None:
