@@ -155,6 +155,32 @@ def test_vla_gym_compare_pairs_the_episodes_both_reports_played(tmp_path, capsys
     assert set(saved["tasks"]) == {"open the drawer", "pick the bowl"}
 
 
+def test_vla_gym_compare_pools_the_pairs_of_another_seed(tmp_path, capsys):
+    """--pool A2 B2: a second training seed's episodes join the test. Each seed alone gains 5 of 20 episodes and
+    loses none (McNemar p = 2 / 2**5 = 0.0625, not significant); pooled, 10 of 40 (p = 2 / 2**10)."""
+    a = [True] * 5 + [False] * 15
+    b = [True] * 10 + [False] * 10
+    for seed in ("s0", "s1"):
+        write_report(episodes(a), tmp_path / seed / "sft")
+        write_report(episodes(b), tmp_path / seed / "rl")
+    code, out, err = compare(capsys, tmp_path / "s0" / "sft", tmp_path / "s0" / "rl", "--json", tmp_path / "one.json")
+    assert code == 0, err
+    assert json.loads((tmp_path / "one.json").read_text())["overall"]["mcnemar_p"] == pytest.approx(2 / 2 ** 5)
+    code, out, err = compare(capsys, tmp_path / "s0" / "sft", tmp_path / "s0" / "rl", "--pool", tmp_path / "s1" / "sft",
+                             tmp_path / "s1" / "rl", "--json", tmp_path / "pooled.json")
+    assert code == 0, err
+    assert f"pooled with A2: {tmp_path / 's1' / 'sft' / 'eval.json'}" in out and "Paired 40 episodes" in out
+    pooled = json.loads((tmp_path / "pooled.json").read_text())
+    overall = pooled["overall"]
+    assert (overall["paired"], overall["a_only"], overall["b_only"]) == (40, 0, 10)
+    assert overall["mcnemar_p"] == pytest.approx(2 / 2 ** 10) and pooled["report_pairs"] == 2
+    assert overall["difference_ci95"][0] > 0 and pooled["episodes_a"] == 40
+    assert all(task["paired"] == 20 for task in pooled["tasks"].values())  # each task: 10 episodes per seed
+    code, _, err = compare(capsys, tmp_path / "s0" / "sft", tmp_path / "s0" / "rl", "--pool", tmp_path / "s1" / "sft",
+                           tmp_path / "missing")
+    assert code == 2 and "not found" in err
+
+
 def test_vla_gym_compare_refuses_reports_without_common_episodes(tmp_path, capsys):
     write_report(episodes([True, False, True, False]), tmp_path / "a")
     write_report(episodes([True, False, True, False], seed0=100, init_states=[40, 41]), tmp_path / "b")

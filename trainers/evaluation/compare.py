@@ -3,6 +3,7 @@
     vla-gym compare runs/eval_sft/eval.json runs/eval_grpo/eval.json
     vla-gym compare runs/eval_sft runs/eval_grpo --json runs/sft_vs_grpo.json       # report directories work too
     vla-gym compare runs/x/ood_sft runs/x/ood_grpo                                   # OOD reports: row by row
+    vla-gym compare s0/sft s0/rl --pool s1/sft s1/rl              # two training seeds' episodes in one comparison
 
 Each report is a ``trainers/eval.py`` ``eval.json`` (or its directory). Episodes are paired on their spec, the
 ``(task, init state, seed)`` each was played from; an episode only one report played, one whose task name differs
@@ -10,6 +11,9 @@ between the reports, or one without a success flag is counted as unpaired and re
 Per task and overall: the paired episodes, the success of A and of B, the difference B - A with a paired
 bootstrap 95 % interval (overall: drawn within each task) and the exact McNemar p-value
 (:mod:`vla_gym.trainers.evaluation.stats`). Reports without an episode in common are refused, saying why.
+``--pool A2 B2`` (repeatable) adds the pairs of another two reports, e.g. the same comparison for another training
+seed: its episodes join the overall line and the per-task lines (the bootstrap draws within each report pair and
+task), so that several seeds' small gains are tested together.
 
 Two OOD reports (``trainers/eval.py --ood``: ``ood.json`` or its directory) are compared row by row: each row both
 reports have (``ind``, ``lighting``, ...) pairs the episodes of its ``<row>/eval.json``. ``scripts/compare_ood.py``
@@ -40,6 +44,7 @@ EXAMPLES = [
     "vla-gym compare runs/eval_sft runs/eval_grpo --json runs/sft_vs_grpo.json",
     "vla-gym compare runs/x/ood_sft runs/x/ood_grpo          # OOD reports, row by row",
     "vla-gym compare runs/x/ood_sft/ind/eval.json runs/x/ood_sft/lighting/eval.json   # one checkpoint, IND vs OOD row",
+    "vla-gym compare runs/s0_sft runs/s0_rl --pool runs/s1_sft runs/s1_rl        # two training seeds pooled",
 ]
 
 
@@ -145,15 +150,17 @@ def pair_episodes(a: Sequence[dict], b: Sequence[dict], names: tuple[str, str] =
 
 
 def paired_stats(pairs: Sequence[tuple[str, bool, bool]], confidence: float = CONFIDENCE, resamples: int = 10_000,
-                 seed: int = 0, by_task: bool = False) -> dict[str, Any]:
+                 seed: int = 0, by_task: bool = False, strata: Sequence[Any] | None = None) -> dict[str, Any]:
     """Paired comparison of ``(task, a success, b success)`` pairs: successes, difference B - A with its paired
-    bootstrap interval (``by_task``: drawn within each task), discordant pairs and the exact McNemar p-value."""
+    bootstrap interval (``by_task``: drawn within each task; ``strata``: within these groups, one per pair),
+    discordant pairs and the exact McNemar p-value."""
     a = [x for _, x, _ in pairs]
     b = [y for _, _, y in pairs]
     n = len(pairs)
     a_only, b_only = discordant_pairs(a, b)
-    interval = paired_bootstrap_interval(a, b, confidence, resamples, seed,
-                                         strata=[t for t, _, _ in pairs] if by_task else None)
+    if strata is None and by_task:
+        strata = [t for t, _, _ in pairs]
+    interval = paired_bootstrap_interval(a, b, confidence, resamples, seed, strata=strata)
     return {"paired": n, "success_a": sum(a) / n, "success_b": sum(b) / n,
             "ci95_a": list(wilson_interval(sum(a), n, confidence)), "ci95_b": list(wilson_interval(sum(b), n, confidence)),
             "difference": (sum(b) - sum(a)) / n, "difference_ci95": list(interval),
@@ -161,15 +168,26 @@ def paired_stats(pairs: Sequence[tuple[str, bool, bool]], confidence: float = CO
 
 
 def compare_episodes(a: Sequence[dict], b: Sequence[dict], confidence: float = CONFIDENCE, resamples: int = 10_000,
-                     seed: int = 0) -> dict[str, Any]:
-    """Two reports' episodes compared overall and per task (:func:`pair_episodes`, :func:`paired_stats`)."""
-    paired = pair_episodes(a, b)
+                     seed: int = 0, pooled: Sequence[tuple[Sequence[dict], Sequence[dict]]] = ()) -> dict[str, Any]:
+    """Two reports' episodes compared overall and per task (:func:`pair_episodes`, :func:`paired_stats`);
+    ``pooled``: more ``(a, b)`` episode lists (e.g. other training seeds) whose pairs join in."""
+    pairs, strata, unpaired = [], [], collections.Counter()
+    for k, (episodes_a, episodes_b) in enumerate([(a, b), *pooled]):
+        names = ("A", "B") if k == 0 else (f"A{k + 1}", f"B{k + 1}")
+        paired = pair_episodes(episodes_a, episodes_b, names)
+        pairs += paired["pairs"]
+        strata += [(k, task) if pooled else task for task, _, _ in paired["pairs"]]  # one pair: tasks, as always
+        unpaired.update(paired["unpaired"])
     by_task = collections.defaultdict(list)
-    for pair in paired["pairs"]:
+    task_strata = collections.defaultdict(list)
+    for pair, stratum in zip(pairs, strata):
         by_task[pair[0]].append(pair)
-    tasks = {name: paired_stats(rows, confidence, resamples, seed) for name, rows in sorted(by_task.items()) if name}
-    return {"overall": paired_stats(paired["pairs"], confidence, resamples, seed, by_task=True), "tasks": tasks,
-            "unpaired": paired["unpaired"], "episodes_a": len(a), "episodes_b": len(b)}
+        task_strata[pair[0]].append(stratum)
+    tasks = {name: paired_stats(rows, confidence, resamples, seed, strata=task_strata[name] if pooled else None)
+             for name, rows in sorted(by_task.items()) if name}
+    return {"overall": paired_stats(pairs, confidence, resamples, seed, strata=strata), "tasks": tasks,
+            "unpaired": dict(unpaired), "report_pairs": 1 + len(pooled),
+            "episodes_a": len(a) + sum(len(x) for x, _ in pooled), "episodes_b": len(b) + sum(len(y) for _, y in pooled)}
 
 
 def _ood_rows(report: dict) -> list[tuple[str, str]]:
@@ -226,7 +244,8 @@ HEADER = "paired | success A | success B | B - A [95 % CI] | only A solved | onl
 
 def comparison_markdown(result: dict) -> str:
     """The printed comparison: one table per report pair (eval) or one line per row (OOD)."""
-    lines = [f"A: {result['a']}", f"B: {result['b']}", ""]
+    lines = [f"A: {result['a']}", f"B: {result['b']}"]
+    lines += [f"pooled with A{k}: {a}, B{k}: {b}" for k, (a, b) in enumerate(result.get("pooled", []), 2)] + [""]
     if "rows" not in result:
         lines += [f"Paired {result['overall']['paired']} episodes on (task, init state, seed) of A's "
                   f"{result['episodes_a']} and B's {result['episodes_b']}; unpaired: {_unpaired_text(result['unpaired'])}.",
@@ -251,8 +270,9 @@ def comparison_markdown(result: dict) -> str:
 
 
 def compare_reports(path_a: str, path_b: str, confidence: float = CONFIDENCE, resamples: int = 10_000,
-                    seed: int = 0) -> dict[str, Any]:
-    """Compare two reports (files or directories): the result :func:`comparison_markdown` prints."""
+                    seed: int = 0, pool: Sequence[Sequence[str]] = ()) -> dict[str, Any]:
+    """Compare two reports (files or directories), pooling the report pairs of ``pool`` in: the result
+    :func:`comparison_markdown` prints."""
     (kind_a, file_a, a), (kind_b, file_b, b) = load_report(path_a), load_report(path_b)
     if kind_a != kind_b:
         raise CompareError(f"{file_a} is an {kind_a}.json and {file_b} an {kind_b}.json: compare two eval.json or "
@@ -260,8 +280,18 @@ def compare_reports(path_a: str, path_b: str, confidence: float = CONFIDENCE, re
     head = {"a": str(file_a), "b": str(file_b), "kind": kind_a, "confidence": confidence, "resamples": resamples,
             "bootstrap_seed": seed}
     if kind_a == "ood":
+        if pool:
+            raise CompareError("--pool pools eval.json reports; compare OOD reports one pair at a time")
         return {**head, **compare_ood(file_a, a, file_b, b, confidence, resamples, seed)}
-    return {**head, **compare_episodes(a["episodes"], b["episodes"], confidence, resamples, seed)}
+    pooled, files = [], []
+    for more_a, more_b in pool:
+        (kind_c, file_c, c), (kind_d, file_d, d) = load_report(more_a), load_report(more_b)
+        if "ood" in (kind_c, kind_d):
+            raise CompareError(f"--pool {more_a} {more_b}: pool eval.json reports (or their directories)")
+        pooled.append((c["episodes"], d["episodes"]))
+        files.append([str(file_c), str(file_d)])
+    result = compare_episodes(a["episodes"], b["episodes"], confidence, resamples, seed, pooled)
+    return {**head, **({"pooled": files} if files else {}), **result}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -272,6 +302,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                          EXAMPLES, parser=parser)
     parser.add_argument("a", metavar="A", help="eval.json or ood.json (or its report directory): the baseline")
     parser.add_argument("b", metavar="B", help="the report compared with A (B - A is reported)")
+    parser.add_argument("--pool", nargs=2, action="append", default=[], metavar=("A2", "B2"),
+                        help="another pair of eval reports (e.g. another training seed) whose episodes join the "
+                             "comparison (repeatable)")
     parser.add_argument("--json", metavar="OUT", help="also write the comparison as JSON to this file")
     parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
     parser.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the bootstrap draws (default 0)")
@@ -285,7 +318,7 @@ def main(args: argparse.Namespace) -> int:
         if not 0 < args.confidence < 1 or args.resamples < 1:
             raise CompareError(f"--confidence {args.confidence} must lie in (0, 1) and --resamples "
                                f"{args.resamples} be >= 1")
-        result = compare_reports(args.a, args.b, args.confidence, args.resamples, args.bootstrap_seed)
+        result = compare_reports(args.a, args.b, args.confidence, args.resamples, args.bootstrap_seed, args.pool)
     except CompareError as exc:
         print(f"vla-gym compare: {exc}", file=sys.stderr)
         return 2
