@@ -64,3 +64,29 @@ def test_short_soak_resumes_and_summarizes(tmp_path):
     again = run_command([*python, SCRIPT, "--resets", "5", "--out", str(out)], timeout=120)
     assert_ok(again)
     assert "already holds 5 resets" in again.stdout and len(out.read_text().splitlines()) == 5
+
+
+def test_a_training_runs_memory_curve_is_read_from_its_tensorboard(tmp_path):
+    """A PPO run on 2 async CartPole workers logs env/worker_rss_mb and proc/rss_mb every update;
+    benchmarks/memory_run.py reads them back as the curve and the growth per hour (the 1-hour LIBERO GRPO
+    measurement of docs/reliability.md, in short form)."""
+    from vla_gym.trainers import PPO
+    from vla_gym.trainers.runtime.config import config_from_dict
+
+    cfg = config_from_dict({
+        "run_dir": str(tmp_path), "name": "ppo", "env": {"id": "CartPole-v1", "num_envs": 2, "vectorization": "async"},
+        "total_timesteps": 64, "policy": {"kwargs": {"hidden_sizes": [8]}},
+        "ppo": {"n_steps": 4, "batch_size": 8, "n_epochs": 1}, "logging": {"progress_bar": False},
+        "eval": {"episodes": 0}, "checkpoint": {"every": 0},
+    })
+    PPO.from_config(cfg).learn().close()
+    out = tmp_path / "memory.json"
+    result = run_command([*executable("python"), "benchmarks/memory_run.py", str(tmp_path / "ppo"),
+                          "--warmup-minutes", "0", "--json", str(out)], timeout=300)
+    assert_ok(result)
+    summary = json.loads(out.read_text())
+    assert summary["updates"] == 8 and summary["commit"]
+    workers = summary["env/worker_rss_mb"]
+    assert 10 < workers["first"] <= workers["max"] < 4000 and len(workers["curve"]) == 8
+    assert summary["proc/rss_mb"]["last"] > 50 and workers["growth_mb_per_hour"] is not None
+    assert "env/worker_rss_mb" in result.stdout and summary["steps_per_s"]["first_fifth"] > 0
