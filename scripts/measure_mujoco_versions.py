@@ -98,6 +98,16 @@ def row(mujoco: str, experts: dict, canary: dict) -> dict:
                        "max_drift_mm": drift}}
 
 
+def merge_row(rows: list[dict], new: dict) -> list[dict]:
+    """``rows`` with ``new`` replacing the row of its MuJoCo version, oldest version first.
+
+    >>> [r["mujoco"] for r in merge_row([{"mujoco": "3.17.0"}, {"mujoco": "2.3.7", "x": 1}], {"mujoco": "2.3.7"})]
+    ['2.3.7', '3.17.0']
+    """
+    kept = [r for r in rows if r["mujoco"] != new["mujoco"]] + [new]
+    return sorted(kept, key=lambda r: tuple(int(part) for part in r["mujoco"].split(".")))
+
+
 def passed(rows: list[dict], reference: str) -> list[str]:
     """The MuJoCo versions whose canary drifted nowhere and flipped nothing (the reference always), oldest first.
 
@@ -158,9 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(rows), end="")
         print("passed versions written to", write_asset(rows, pathlib.Path(args.asset)))
         return 0
-    rows = []
+    old = json.loads(results.read_text()) if results.is_file() else {}
+    same_sample = (old.get("suites"), old.get("init_states")) == (args.suites, args.init_states)
+    rows = old.get("rows", []) if same_sample else []  # other versions' rows stay (same experts' sample)
     for version in args.versions:
-        rows.append(measure(version, args))
+        rows = merge_row(rows, measure(version, args))
         write_results(results, {"command": "python scripts/measure_mujoco_versions.py " + " ".join(
             argv if argv is not None else sys.argv[1:]), "suites": args.suites, "init_states": args.init_states,
             "rows": rows})
