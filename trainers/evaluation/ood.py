@@ -19,6 +19,13 @@ the rows replay the same episodes, so these two are, if anything, a little narro
 tasks and initial states, so their rows are not the same episodes: they get a table and category means of
 their own, apart from the seeded perturbations'.
 
+``--libero-plus [K]`` (LIBERO suites) adds a row per LIBERO-Plus dimension of the checkpoint's suite (camera,
+robot, language, light, background, noise, layout: :mod:`vla_gym.tasks.libero_plus`). A dimension has 139-449
+variants buildable offline per suite, too many for a CPU, so a row plays a seeded sample of K of them
+(:func:`vla_gym.tasks.libero_plus.sample`: spread over the base tasks; default :data:`LIBERO_PLUS_SAMPLE`), one
+episode each from initial state 0, LIBERO-Plus's protocol (one trial per variant). Dimensions with no variant
+buildable with the assets here are named in the report, not played. Their table is a third one.
+
 A killed report resumes: each finished row leaves ``<row>/ood_row.json`` (its settings and summary), and the same
 command again keeps those rows and plays the rest (another checkpoint, episode selection or strength plays the
 row anew).
@@ -33,13 +40,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from vla_gym.ood.perturbations import CATEGORIES, PERTURBATIONS, make_perturbation
-from vla_gym.tasks import libero_pro
+from vla_gym.tasks import libero_plus, libero_pro
 from vla_gym.trainers.evaluation.stats import interval_text, mean_rate_interval, success_counts, wilson_interval
 from vla_gym.trainers.runtime.checkpoint import atomic_write_text
 from vla_gym.trainers.runtime.distributed import Distributed
 
 #: column title of each category in the table
 COLUMNS = {"vision": "Vision", "semantic": "Semantic", "execution": "Execution"}
+#: variants a LIBERO-Plus row plays by default (one episode each): 7 rows x 20 episodes, each a scene build
+LIBERO_PLUS_SAMPLE = 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,12 +59,18 @@ class Row:
     strength: float | None = None
     #: a LIBERO-PRO perturbation of the suite (``swap``, ``lan``, ...) instead of a seeded one
     libero_pro: str | None = None
+    #: a LIBERO-Plus dimension of the suite (``plus_camera``, ...) and the task ids (variants) the row plays
+    libero_plus: str | None = None
+    plus_tasks: tuple[int, ...] = ()
 
     @property
     def name(self) -> str:
-        """The row's report directory: ``ind``, ``lighting``, ``lighting-0.8`` (an explicit strength), ``libero_pro-swap``."""
+        """The row's report directory: ``ind``, ``lighting``, ``lighting-0.8`` (an explicit strength),
+        ``libero_pro-swap``, ``libero_plus-camera``."""
         if self.libero_pro:
             return f"libero_pro-{self.libero_pro}"
+        if self.libero_plus:
+            return f"libero_plus-{self.libero_plus.removeprefix(libero_plus.PREFIX)}"
         if self.kind is None:
             return "ind"
         return self.kind if self.strength is None else f"{self.kind}-{self.strength:g}"
@@ -64,18 +79,29 @@ class Row:
     def category(self) -> str:
         if self.libero_pro:
             return libero_pro.category(self.libero_pro)
+        if self.libero_plus:
+            return libero_plus.category(self.libero_plus)
         return PERTURBATIONS[self.kind].category if self.kind else "ind"
 
     def env_config(self, env_cfg):
-        """``env_cfg`` with this row's perturbation: Perturb innermost, or the LIBERO-PRO suite's ``perturbation=``."""
-        if self.libero_pro:
-            return dataclasses.replace(env_cfg, kwargs={**env_cfg.kwargs, "perturbation": self.libero_pro})
+        """``env_cfg`` with this row's perturbation: Perturb innermost, or the LIBERO-PRO suite's / LIBERO-Plus
+        dimension's ``perturbation=``."""
+        if self.libero_pro or self.libero_plus:
+            return dataclasses.replace(env_cfg, kwargs={**env_cfg.kwargs,
+                                                        "perturbation": self.libero_pro or self.libero_plus})
         if self.kind:
             return dataclasses.replace(env_cfg, wrappers=[self.wrapper()] + list(env_cfg.wrappers))
         return env_cfg
 
     def wrapper(self) -> dict:
         return {"name": "Perturb", "kwargs": {"kind": self.kind, "strength": self.strength}}
+
+    def selection(self) -> dict:
+        """The episodes a row plays when not the in-distribution ones (the evaluate callable's keywords): a
+        LIBERO-Plus row its sampled variants, one episode each from initial state 0 (LIBERO-Plus's protocol)."""
+        if self.libero_plus:
+            return {"tasks": list(self.plus_tasks), "episodes_per_task": 1, "first_init_state": 0}
+        return {}
 
 
 def parse_rows(text: str) -> list[Row]:
@@ -112,13 +138,30 @@ def libero_pro_rows(env_id: str) -> list[Row]:
     return [Row(libero_pro=v.perturbation) for v in found if v.category in CATEGORIES]
 
 
+def libero_plus_rows(env_id: str, count: int = LIBERO_PLUS_SAMPLE, seed: int = 0) -> list[Row]:
+    """A row per LIBERO-Plus dimension of ``env_id``'s suite with a variant buildable here, each playing a sample
+    of ``count`` variants drawn with ``seed`` (:func:`vla_gym.tasks.libero_plus.sample`)."""
+    if count < 1:
+        raise ValueError(f"--libero-plus K: K variants per dimension must be >= 1, got {count}")
+    try:
+        found = libero_plus.dimensions(env_id)
+    except libero_plus.UnknownPerturbationError as exc:
+        raise ValueError(f"--libero-plus needs a checkpoint trained on a LIBERO suite LIBERO-Plus perturbs: {exc}") \
+            from None
+    return [Row(libero_plus=d.perturbation,
+                plus_tasks=tuple(libero_plus.sample(d.base_suite, d.perturbation, count, seed)))
+            for d in found if d.num_available]
+
+
 def observes_images(env_kwargs: dict) -> bool:
     """Whether the policy sees camera images (ManiSkill's ``obs_mode=state`` policies do not)."""
     return env_kwargs.get("obs_mode", "images") != "state"
 
 
-#: evaluate(env_config, directory, header) -> the summary of :func:`~vla_gym.trainers.evaluation.report.summarize` (None off rank 0)
-Evaluate = Callable[[Any, pathlib.Path, str], "dict | None"]
+#: evaluate(env_config, directory, header[, **selection]) -> the summary of
+#: :func:`~vla_gym.trainers.evaluation.report.summarize` (None off rank 0); ``selection`` (:meth:`Row.selection`,
+#: LIBERO-Plus rows only) overrides the episodes: ``tasks``, ``episodes_per_task``, ``first_init_state``
+Evaluate = Callable[..., "dict | None"]
 
 
 #: written beside a finished row's ``eval.json``: the settings it was played with and its summary
@@ -142,9 +185,11 @@ def run_ood(evaluate: Evaluate, env_cfg, rows: Sequence[Row], out: pathlib.Path,
     summaries = {}
     for row in [Row()] + list(rows):
         label = f"{row.name} (strength {_strength(row)})" if row.kind else \
-            f"LIBERO-PRO {row.libero_pro}" if row.libero_pro else "in distribution"
+            f"LIBERO-PRO {row.libero_pro}" if row.libero_pro else \
+            f"LIBERO-Plus {row.libero_plus} ({len(row.plus_tasks)} variants)" if row.libero_plus else "in distribution"
         row_env = row.env_config(env_cfg)
-        key = None if settings is None else _row_key(settings, row_env)
+        selection = row.selection()
+        key = None if settings is None else _row_key(settings, row_env, selection)
         summary = _finished_row(out / row.name, key) if main else None
         kept = summary is not None if dist is None else dist.broadcast_object(summary is not None)
         if kept:  # the main rank's decision, on every rank
@@ -152,14 +197,14 @@ def run_ood(evaluate: Evaluate, env_cfg, rows: Sequence[Row], out: pathlib.Path,
             if main:
                 print(f"{row.name}: kept from an earlier run ({out / row.name / ROW_MARKER})")
             continue
-        summary = evaluate(row_env, out / row.name, f"# {title}: {label}")
+        summary = evaluate(row_env, out / row.name, f"# {title}: {label}", **selection)
         if main and key is not None:
             (out / row.name).mkdir(parents=True, exist_ok=True)
             atomic_write_text(out / row.name / ROW_MARKER, json.dumps({"settings": key, "summary": summary}, indent=2))
         summaries[row] = summary
     if not main:
         return None
-    report = ood_report(summaries, title, [row.kind for row in skipped])
+    report = ood_report(summaries, title, [row.kind or row.libero_pro or row.libero_plus for row in skipped])
     if receipt is not None:  # the software and checkpoint; each row's eval.json has its env and episodes
         report = {"receipt": receipt, **report}
     out.mkdir(parents=True, exist_ok=True)
@@ -168,10 +213,11 @@ def run_ood(evaluate: Evaluate, env_cfg, rows: Sequence[Row], out: pathlib.Path,
     return report
 
 
-def _row_key(settings: dict, row_env) -> Any:
+def _row_key(settings: dict, row_env, selection: dict | None = None) -> Any:
     """What decides a row's episodes, as plain JSON (compared after a round trip through JSON)."""
     env = dataclasses.asdict(row_env) if dataclasses.is_dataclass(row_env) else row_env
-    return json.loads(json.dumps({"settings": settings, "env": env}, sort_keys=True, default=str))
+    key = {"settings": settings, "env": env, **({"episodes": selection} if selection else {})}
+    return json.loads(json.dumps(key, sort_keys=True, default=str))
 
 
 def _finished_row(directory: pathlib.Path, key: Any) -> dict | None:
@@ -243,7 +289,8 @@ def ood_report(summaries: dict[Row, dict], title: str, skipped: Sequence[str] = 
     def entry(row: Row, summary: dict) -> dict:
         overall = summary["overall"]
         counts = success_counts(overall)
-        return {"perturbation": row.kind or row.libero_pro, "directory": row.name, "category": row.category,
+        return {"perturbation": row.kind or row.libero_pro or row.libero_plus, "directory": row.name,
+                "category": row.category,
                 "strength": _strength(row), "episodes": overall["episodes"],
                 "success_rate": overall["success_rate"], "mean_length": overall["mean_length"],
                 "successes": None if counts is None else counts[0],
@@ -260,6 +307,13 @@ def ood_report(summaries: dict[Row, dict], title: str, skipped: Sequence[str] = 
         pro_categories = _category_means(pro_rows)
         report["libero_pro"] = {"categories": pro_categories, "rows": pro_rows,
                                 "ood_average": _ood_average(pro_categories), **_mean_intervals(pro_rows)}
+    plus_rows = [entry(row, summary) for row, summary in summaries.items() if row.libero_plus]
+    if plus_rows:
+        plus_categories = _category_means(plus_rows)
+        played = {row["perturbation"] for row in plus_rows}
+        report["libero_plus"] = {"categories": plus_categories, "rows": plus_rows,
+                                 "ood_average": _ood_average(plus_categories), **_mean_intervals(plus_rows),
+                                 "not_evaluated": [d for d in libero_plus.DIMENSIONS if d not in played]}
     return report
 
 
@@ -290,6 +344,18 @@ def ood_markdown(report: dict) -> str:
         lines += ["", "| LIBERO-PRO suite | category | strength | episodes | success (%) | 95 % CI (%) | "
                   "change vs IND (points) | mean length |", "|---|---|---:|---:|---:|---:|---:|---:|"]
         lines += [_row_line(row, report["ind"]) for row in pro["rows"]]
+    plus = report.get("libero_plus")
+    if plus:
+        lines += ["", "## LIBERO-Plus dimensions", "", "A seeded sample of each dimension's variants, one episode "
+                  "each from initial state 0 (LIBERO-Plus's protocol), not the IND episodes; category means over "
+                  "these rows only (docs/libero_plus.md).", ""]
+        lines += _summary_table(report, plus)
+        lines += ["", "| LIBERO-Plus dimension | category | strength | episodes | success (%) | 95 % CI (%) | "
+                  "change vs IND (points) | mean length |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [_row_line(row, report["ind"]) for row in plus["rows"]]
+        if plus.get("not_evaluated"):
+            lines += ["", f"Not evaluated (no variant buildable with the assets here): "
+                      f"{', '.join(plus['not_evaluated'])}."]
     return "\n".join(lines) + "\n"
 
 
@@ -330,7 +396,7 @@ def _with_interval(rate: float | None, interval: list[float] | None, episodes: i
 
 def _summary_table(report: dict, means: dict) -> list[str]:
     """The seeds' table of ``report``'s IND and ``means``' categories and OOD average (``means`` is the report or
-    its ``libero_pro`` part), each cell with its interval and episodes."""
+    its ``libero_pro`` / ``libero_plus`` part), each cell with its interval and episodes."""
     if "ood_average_ci95" not in means:  # a report written before intervals were stored
         means = {**means, **_mean_intervals(means["rows"])}
     intervals, episodes = means["categories_ci95"], means["categories_episodes"]

