@@ -33,6 +33,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # the LIBERO t
 import libero_rl_table as libero_table  # noqa: E402
 
 from vla_gym.runtime.cli_args import parse_ids, script_parser  # noqa: E402
+from vla_gym.runtime.receipt import source_revision  # noqa: E402
 from vla_gym.trainers.runtime.results import git_commit, write_results  # noqa: E402
 
 ROOT = libero_table.ROOT
@@ -54,9 +55,8 @@ def goal_range(text: str) -> list[int]:
 
 
 def commit() -> str:
-    """The checked-out commit, ``-dirty`` when the working tree differs from it."""
-    status = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=False)
-    return git_commit() + ("-dirty" if status.stdout.strip() else "")
+    """The checked-out commit, ``-dirty`` when tracked files differ from it (the receipts' own check)."""
+    return git_commit() + ("-dirty" if source_revision()["dirty"] else "")
 
 
 def finished(out: pathlib.Path, checkpoint: str, mode: str, env_kwargs: dict) -> bool:

@@ -306,6 +306,8 @@ def test_noise_variant_corrupts_the_main_camera_only_and_per_episode_seed():
         backend._noise = noise
         assert not np.array_equal(clean["main"], again["images"]["main"])
         assert np.array_equal(clean["wrist"], again["images"]["wrist"])
+        # its per-frame draws come in step order: no deferred frames (RecordEpisodes renders them at once)
+        assert env.unwrapped.render_snapshot() is None
         step(env)
     finally:
         env.close()
