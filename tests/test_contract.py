@@ -20,8 +20,8 @@ SFT = ROOT / "docs/results/checkpoints/libero_object_seed0_sft.pt"
 CHUNK = gym.spaces.Box(-1.0, 1.0, (8, 7), np.float32)
 
 
-def libero_contract(roles=("main",), size=(128, 128), flip="vertical", action=CHUNK):
-    return contract_of(schema.observation_space(roles, size, 8), action, flip)
+def libero_contract(roles=("main",), size=(128, 128), flip="vertical", action=CHUNK, textures="linear"):
+    return contract_of(schema.observation_space(roles, size, 8), action, flip, textures)
 
 
 @pytest.mark.quick
@@ -29,6 +29,8 @@ def libero_contract(roles=("main",), size=(128, 128), flip="vertical", action=CH
     (libero_contract(("main",), (224, 224)), "main at 128 px (env gives 224 px): pass env.kwargs.image_size=128"),
     (libero_contract(("wrist",)), "cameras main+wrist (env lacks main): pass env.kwargs.cameras=[main,wrist]"),
     (libero_contract(flip="both"), "flip=vertical (env flips both): pass env.kwargs.flip=vertical"),
+    (libero_contract(textures="auto"), "linear textures (LIBERO's frames) (env renders MuJoCo >= 3.3.3's sRGB textures "
+     "(darker frames)): pass env.kwargs.texture_colorspace=linear"),
     (libero_contract(action=schema.action_space(7)),
      "actions of shape [8, 7] (env takes [7]): pass env.wrappers with {name: ActionChunk, kwargs: {chunk_size: 8}}"),
 ])
@@ -46,6 +48,20 @@ def test_an_env_may_give_more_than_the_checkpoint_reads():
     """An extra camera (for videos) or an unknown flip (a checkpoint from before contracts) passes."""
     check_contract(libero_contract(("main",)), libero_contract(("main", "wrist")), "x")
     check_contract(libero_contract(flip=None), libero_contract(flip="both"), "x")
+    check_contract(libero_contract(textures=None), libero_contract(textures="auto"), "x")
+
+
+@pytest.mark.quick
+def test_a_render_shift_can_be_waived_but_not_a_size():
+    """eval.py --allow-render-shift: a policy trained on MuJoCo 3.17's darker frames may be played on LIBERO's own
+    (the difference is returned, to print and record); a camera size is never waived."""
+    trained = libero_contract(textures="auto")
+    with pytest.raises(ContractError, match="pass env.kwargs.texture_colorspace=auto on MuJoCo >= 3.3.3"):
+        check_contract(trained, libero_contract(), "x")
+    assert check_contract(trained, libero_contract(), "x", waive=("flip", "textures")) == [
+        "MuJoCo >= 3.3.3's sRGB textures (darker frames) (env renders linear textures (LIBERO's frames))"]
+    with pytest.raises(ContractError, match="main at 128 px"):
+        check_contract(trained, libero_contract(size=(224, 224)), "x", waive=("flip", "textures"))
 
 
 @pytest.mark.quick
@@ -53,7 +69,7 @@ def test_checkpoints_record_their_contract_and_init_checkpoint_checks_it(tmp_pat
     model = PPO("mlp", "CartPole-v1", num_envs=1, n_steps=16, batch_size=16, n_epochs=1)
     path = model.save(tmp_path / "cartpole.pt")
     model.close()
-    assert checkpoint_contract(load_checkpoint(path)) == {"cameras": {}, "flip": None, "state_shape": [4],
+    assert checkpoint_contract(load_checkpoint(path)) == {"cameras": {}, "flip": None, "textures": None, "state_shape": [4],
                                                          "action_shape": [], "instruction": False}
     with pytest.raises(ContractError, match=r"ppo.init_checkpoint=.*state of shape \[4\] \(env gives \[3\]\)"):
         PPO("mlp", "Pendulum-v1", num_envs=1, n_steps=16, init_checkpoint=str(path))
@@ -63,6 +79,7 @@ def test_evaluating_a_libero_checkpoint_at_another_image_size_fails_before_the_f
     pytest.importorskip("libero.libero")
     result = subprocess.run(
         [sys.executable, "trainers/eval.py", "--checkpoint", str(SFT), "--tasks", "0", "--init-states", "0",
+         "--allow-render-shift",  # the committed checkpoint saw MuJoCo 3.17's darker frames; only the size may fail
          "--out", str(tmp_path), "env.kwargs.image_size=224", "env.kwargs.max_episode_steps=8"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 2

@@ -13,7 +13,7 @@ from vla_gym.runtime.receipt import camera_contract, file_sha256, package_versio
 from vla_gym.trainers.evaluation.replay import ReplayError, load_replay
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SFT = ROOT / "docs/results/checkpoints/libero_object_seed0_sft.pt"
+SFT = ROOT / "docs/results/checkpoints/libero_object_seed0_sft.pt"  # saw MuJoCo 3.17's darker frames: --allow-render-shift
 
 
 def run_eval(*args: str) -> subprocess.CompletedProcess:
@@ -67,16 +67,18 @@ def test_a_libero_report_replays_bit_for_bit_and_a_changed_outcome_is_named(tmp_
     outcome is found and named (exit 1)."""
     pytest.importorskip("libero.libero")
     out = tmp_path / "eval"
-    first = run_eval("--checkpoint", str(SFT), "--tasks", "1", "--init-states", "0-1", "--out", str(out),
+    first = run_eval("--checkpoint", str(SFT), "--allow-render-shift", "--tasks", "1", "--init-states", "0-1", "--out", str(out),
                      "env.kwargs.max_episode_steps=24")
     assert first.returncode == 0, first.stderr[-3000:]
     report = json.loads((out / "eval.json").read_text())
     stamp = report["receipt"]
     assert stamp["env"]["id"] == "VLA/LiberoObject-v0" and stamp["env"]["kwargs"]["max_episode_steps"] == 24
-    assert stamp["env"]["cameras"] == {"roles": {"main": [128, 128]}, "flip": None}
+    assert stamp["env"]["cameras"] == {"roles": {"main": [128, 128]}, "flip": None, "textures": "linear"}
     assert stamp["env"]["wrappers"][0]["name"] == "ActionChunk"
     assert stamp["checkpoint"]["sha256"] == file_sha256(SFT) and stamp["versions"]["robosuite"]
     assert report["settings"]["deterministic"] is True
+    assert report["settings"]["render_shift"] == [  # the committed model's contract against LIBERO's own frames
+        "MuJoCo >= 3.3.3's sRGB textures (darker frames) (env renders linear textures (LIBERO's frames))"]
     episodes = report["episodes"]
     assert [(e["spec"]["task_id"], e["spec"]["init_state_id"]) for e in episodes] == [(1, 0), (1, 1)]
     assert all(e["instruction"].startswith("pick up the") for e in episodes)
@@ -102,4 +104,4 @@ def test_camera_contract_reads_roles_and_sizes_from_the_space():
 
     space = schema.observation_space(("main", "wrist"), (128, 96), 8)
     assert camera_contract(space, {"flip": "both"}) == {"roles": {"main": [128, 96], "wrist": [128, 96]},
-                                                        "flip": "both"}
+                                                        "flip": "both", "textures": None}

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SFT = ROOT / "docs/results/checkpoints/libero_object_seed0_sft.pt"
+SFT = ROOT / "docs/results/checkpoints/libero_object_seed0_sft.pt"  # saw MuJoCo 3.17's darker frames: --allow-render-shift
 
 
 def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -24,7 +24,7 @@ def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 def recorded(tmp_path_factory):
     pytest.importorskip("libero.libero")
     root = tmp_path_factory.mktemp("rollouts")
-    result = run("trainers/eval.py", "--checkpoint", str(SFT), "--tasks", "1", "--init-states", "0-1",
+    result = run("trainers/eval.py", "--checkpoint", str(SFT), "--allow-render-shift", "--tasks", "1", "--init-states", "0-1",
                  "--num-envs", "2", "--out", str(root / "eval"), "--record-dataset", str(root / "data"),
                  "env.kwargs.max_episode_steps=20", "env.vectorization=async")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -77,7 +77,7 @@ def test_sft_trains_on_the_recorded_rollouts(recorded, tmp_path):
 
 
 def test_successes_only_with_no_success_writes_no_dataset_and_says_why(recorded, tmp_path):
-    result = run("trainers/eval.py", "--checkpoint", str(SFT), "--tasks", "1", "--init-states", "0",
+    result = run("trainers/eval.py", "--checkpoint", str(SFT), "--allow-render-shift", "--tasks", "1", "--init-states", "0",
                  "--out", str(tmp_path / "eval"), "--record-dataset", str(tmp_path / "data"), "--successes-only",
                  "env.kwargs.max_episode_steps=8")
     assert result.returncode == 1

@@ -74,7 +74,7 @@ from vla_gym.trainers.runtime.config import ConfigError, config_from_dict
 from vla_gym.trainers.runtime.config_checks import check_config, explain_setup_error
 from vla_gym.trainers.runtime.contract import ContractError, check_contract, checkpoint_contract, env_contract
 from vla_gym.trainers.runtime.distributed import Distributed
-from vla_gym.trainers.runtime.envs import make_envs
+from vla_gym.trainers.runtime.envs import env_attr, make_envs
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -112,6 +112,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="also write the evaluated episodes as a LeRobot v3 dataset (the policy's actions as "
                              "labels), which trainers/sft.py reads as sft.dataset")
     parser.add_argument("--successes-only", action="store_true", help="with --record-dataset: only the successes")
+    parser.add_argument("--allow-render-shift", action="store_true",
+                        help="evaluate even when the env's image flip or texture look differs from the checkpoint's "
+                             "(a deliberate shift, e.g. another MuJoCo's frames): printed and kept in eval.json")
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the mode")
     parser.add_argument("--std", type=float, default=None,
                         help="with --stochastic: sample with this std in every action dimension, not the checkpoint's")
@@ -147,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         args.checkpoint = args.checkpoint or plan.checkpoint
         args.stochastic = not settings.get("deterministic", True)
         args.std, args.noise = settings.get("std"), settings.get("noise")
+        args.allow_render_shift = args.allow_render_shift or bool(settings.get("render_shift"))  # as it was played
         args.out = args.out or str(pathlib.Path(args.replay).parent / "replay")
     if not args.checkpoint:
         print("trainers/eval.py: pass --checkpoint CKPT (or --replay EVAL_JSON)", file=sys.stderr)
@@ -299,8 +303,12 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
                                                                            successes_only=args.successes_only))
     envs = make_envs(env_cfg, args.num_envs, kwargs=kwargs)
     try:
+        waived = []
         if contract is not None:
-            check_contract(contract, env_contract(envs), "trainers/eval.py")
+            waived = check_contract(contract, env_contract(envs), "trainers/eval.py",
+                                    waive=("flip", "textures") if args.allow_render_shift else ())
+            for problem in waived if dist.is_main else ():
+                print(f"eval.py: --allow-render-shift: the checkpoint was trained on {problem}", file=sys.stderr)
         if specs is None:
             specs = suite_specs(envs, args.episodes_per_task, args.tasks, seed=args.seed,
                                 first_init_state=args.first_init_state)
@@ -312,11 +320,12 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
         if not dist.is_main:
             return None
         env_kwargs = {**env_cfg.kwargs, **kwargs}
-        stamp = receipt(env_cfg.id, env_kwargs, args.checkpoint, camera_contract(envs.single_observation_space,
-                                                                                 env_kwargs))
+        stamp = receipt(env_cfg.id, env_kwargs, args.checkpoint, camera_contract(
+            envs.single_observation_space, env_kwargs, env_attr(envs, "texture_colorspace")))
         stamp["env"]["wrappers"] = wrappers
         settings = {"checkpoint": str(args.checkpoint), "deterministic": not args.stochastic, "std": args.std,
-                    "noise": args.noise, "seed": args.seed, "num_envs": args.num_envs, "processes": dist.world_size}
+                    "noise": args.noise, "seed": args.seed, "num_envs": args.num_envs, "processes": dist.world_size,
+                    "render_shift": waived}
         summary = write_report(gathered, out, header=f"{header} ({len(gathered)} episodes)", receipt=stamp,
                                settings=settings)
         print(markdown_table(summary), end="")

@@ -5,7 +5,8 @@ it before the first step (``trainers/eval.py``, ``ppo/grpo.init_checkpoint``, SF
     >>> check_contract(expected, env_contract(envs), "trainers/eval.py")  # ContractError on a mismatch  # doctest: +SKIP
 
 A contract (:func:`contract_of`) is plain data: the camera roles and their ``[height, width]``, the image flip
-(LIBERO's ``flip``; None: unknown or not applicable), the state and action shapes (a chunked action is
+(LIBERO's ``flip``; None: unknown or not applicable), the texture look (LIBERO's ``texture_colorspace`` as rendered:
+``linear`` or ``auto``; None: unknown), the state and action shapes (a chunked action is
 ``[K, A]``) and whether the observation carries the instruction. A checkpoint stores its contract under
 ``"contract"``; an older one gets it from the spaces it stores (flip unknown). :func:`contract_problems` lists
 what the env lacks, each with the setting that fixes it, e.g.::
@@ -25,16 +26,17 @@ class ContractError(ValueError):
     """The env does not give what the checkpoint was trained on; the message names the settings that fix it."""
 
 
-def contract_of(observation_space: spaces.Space, action_space: spaces.Space, flip: str | None = None) -> dict:
-    """The contract of an observation and action space (and the image flip, when known)."""
+def contract_of(observation_space: spaces.Space, action_space: spaces.Space, flip: str | None = None,
+                textures: str | None = None) -> dict:
+    """The contract of an observation and action space (and the image flip and texture look, when known)."""
     parts = getattr(observation_space, "spaces", None)
     if parts is None:  # a flat observation (CartPole, a state vector)
-        return {"cameras": {}, "flip": flip, "state_shape": list(observation_space.shape or ()),
+        return {"cameras": {}, "flip": flip, "textures": None, "state_shape": list(observation_space.shape or ()),
                 "action_shape": list(action_space.shape or ()), "instruction": False}
     images = parts.get("images")
     cameras = {role: list(space.shape[:2]) for role, space in getattr(images, "spaces", {}).items()}
     state = parts.get("state")
-    return {"cameras": cameras, "flip": flip if cameras else None,
+    return {"cameras": cameras, "flip": flip if cameras else None, "textures": textures if cameras else None,
             "state_shape": None if state is None else list(state.shape),
             "action_shape": list(action_space.shape or ()), "instruction": "instruction" in parts}
 
@@ -48,11 +50,12 @@ def checkpoint_contract(state: dict[str, Any]) -> dict:
 
 def env_contract(envs, flip: str | None = None) -> dict:
     """The contract a vector env gives (``flip``: its image flip; read from the env when not given)."""
-    if flip is None:
-        from vla_gym.trainers.runtime.envs import env_attr
+    from vla_gym.trainers.runtime.envs import env_attr
 
+    if flip is None:
         flip = env_attr(envs, "image_flip")
-    return contract_of(envs.single_observation_space, envs.single_action_space, flip)
+    return contract_of(envs.single_observation_space, envs.single_action_space, flip,
+                       env_attr(envs, "texture_colorspace"))
 
 
 def contract_problems(expected: dict, actual: dict) -> tuple[list[str], list[str]]:
@@ -75,6 +78,10 @@ def contract_problems(expected: dict, actual: dict) -> tuple[list[str], list[str
     if expected.get("flip") and actual.get("flip") and expected["flip"] != actual["flip"]:
         problems.append(f"flip={expected['flip']} (env flips {actual['flip']})")
         fixes.append(f"env.kwargs.flip={expected['flip']}")
+    if expected.get("textures") and actual.get("textures") and expected["textures"] != actual["textures"]:
+        problems.append(f"{_LOOKS[expected['textures']]} (env renders {_LOOKS[actual['textures']]})")
+        fixes.append(f"env.kwargs.texture_colorspace={expected['textures']}" +
+                     (" on MuJoCo >= 3.3.3 (pip install 'mujoco>=3.3.3')" if expected["textures"] == "auto" else ""))
     if expected.get("state_shape") != actual.get("state_shape"):
         problems.append(f"state of shape {expected.get('state_shape')} (env gives {actual.get('state_shape')})")
         fixes.append("an env id of the same robot (env.id=...)")
@@ -93,12 +100,22 @@ def contract_problems(expected: dict, actual: dict) -> tuple[list[str], list[str
     return problems, fixes
 
 
-def check_contract(expected: dict, actual: dict, where: str) -> None:
-    """Raise :class:`ContractError` naming what differs and how to fix it (``where``: the command or setting)."""
-    problems, fixes = contract_problems(expected, actual)
+def check_contract(expected: dict, actual: dict, where: str, waive: tuple[str, ...] = ()) -> list[str]:
+    """Raise :class:`ContractError` naming what differs and how to fix it (``where``: the command or setting).
+
+    ``waive``: contract keys (``flip``, ``textures``) whose difference is accepted, for a deliberate shift such as
+    evaluating a policy on another MuJoCo's frames; the waived differences are returned (to print and record).
+    """
+    kept = {key: (None if key in waive else value) for key, value in expected.items()}
+    problems, fixes = contract_problems(kept, actual)
     if problems:
         raise ContractError(f"{where}: the checkpoint was trained on {'; '.join(problems)}: pass "
                             f"{' '.join(dict.fromkeys(fixes))}")
+    return contract_problems(expected, actual)[0]
+
+
+#: the texture looks (vla_gym.backends.mujoco_textures) as a contract problem names them
+_LOOKS = {"linear": "linear textures (LIBERO's frames)", "auto": "MuJoCo >= 3.3.3's sRGB textures (darker frames)"}
 
 
 def _size(hw) -> str:

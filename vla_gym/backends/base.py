@@ -48,6 +48,8 @@ class Backend(abc.ABC):
     action_dim: int = 7
     #: how camera frames are flipped from the simulator's (LIBERO's ``flip``); None: as rendered
     image_flip: str | None = None
+    #: how the scene's textures look as rendered (LIBERO: ``linear`` or ``auto``, see mujoco_textures); None: n/a
+    texture_look: str | None = None
 
     def __init__(self, camera_roles: Sequence[str], image_size: tuple[int, int]):
         self.camera_roles = tuple(camera_roles)

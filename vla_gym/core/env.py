@@ -318,6 +318,12 @@ class VLAEnv(gym.Env):
         return self.backend.image_flip
 
     @property
+    def texture_colorspace(self) -> str | None:
+        """How the scene's textures look (LIBERO: ``linear`` or ``auto``, vla_gym.backends.mujoco_textures); None:
+        not applicable."""
+        return self.backend.texture_look
+
+    @property
     def elapsed_steps(self) -> int:
         return self._elapsed
 

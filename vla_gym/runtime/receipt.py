@@ -96,12 +96,14 @@ def file_sha256(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def camera_contract(observation_space, env_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The cameras an env gives: ``{"roles": {role: [height, width]}, "flip": ...}`` from its (single) observation
-    space; ``flip`` is the env's ``flip`` keyword (LIBERO; None: the env's default)."""
+def camera_contract(observation_space, env_kwargs: dict[str, Any] | None = None,
+                    textures: str | None = None) -> dict[str, Any]:
+    """The cameras an env gives: ``{"roles": {role: [height, width]}, "flip": ..., "textures": ...}`` from its
+    (single) observation space; ``flip`` is the env's ``flip`` keyword (LIBERO; None: the env's default),
+    ``textures`` how its textures look as rendered (LIBERO's ``linear`` or ``auto``; None: not applicable)."""
     images = getattr(observation_space, "spaces", {}).get("images")
     roles = {role: list(space.shape[:2]) for role, space in getattr(images, "spaces", {}).items()}
-    return {"roles": roles, "flip": (env_kwargs or {}).get("flip")}
+    return {"roles": roles, "flip": (env_kwargs or {}).get("flip"), "textures": textures}
 
 
 def version_differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:

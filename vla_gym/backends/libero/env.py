@@ -36,6 +36,7 @@ from vla_gym.backends.libero.mujoco_check import warn_if_unchecked_mujoco
 from vla_gym.backends.libero.scene import LiberoScene
 from vla_gym.backends.mujoco_gl import GL_ERROR, OpenRenderContexts, explain_gl_errors, release_freed_memory
 from vla_gym.backends.mujoco_render_state import render_state, rendered_as
+from vla_gym.backends.mujoco_textures import apply_colorspace, check_colorspace, effective_colorspace
 from vla_gym.core.env import VLAEnv
 from vla_gym.core.errors import MissingSimulatorError
 from vla_gym.core.geometry import quat_to_axis_angle
@@ -125,7 +126,7 @@ class LiberoBackend(Backend):
     state_dim = 8  # eef position (3), eef axis-angle (3), gripper finger positions (2)
 
     def __init__(self, camera_roles=("main", "wrist"), image_size=(224, 224), settle_steps: int = 10,
-                 flip: str = "vertical"):
+                 flip: str = "vertical", texture_colorspace: str = "linear"):
         unknown = [role for role in camera_roles if role not in CAMERAS]
         if unknown or not camera_roles:
             raise ValueError(f"unknown LIBERO camera roles {unknown}; choose from {list(CAMERAS)}")
@@ -133,6 +134,9 @@ class LiberoBackend(Backend):
             raise ValueError(f"flip must be one of {list(FLIPS)}, got {flip!r}")
         super().__init__(camera_roles, image_size)
         self._benchmark_module, self._env_class = import_libero()
+        #: how textures are decoded (vla_gym.backends.mujoco_textures): ``linear`` is LIBERO's look on every MuJoCo
+        self.texture_colorspace = check_colorspace(texture_colorspace)
+        self.texture_look = effective_colorspace(texture_colorspace)
         warn_if_unchecked_mujoco()  # once per process: results on other MuJoCo versions may differ
         self._benchmarks: dict = {}
         self._env = None
@@ -181,12 +185,22 @@ class LiberoBackend(Backend):
                 self._env.noise = 0  # its step would corrupt robosuite's camera observation, which is off here
             self._noise = plus.SensorNoise(level) if level else None
             self._env.reset()  # creates the EGL context
+            self._apply_texture_colorspace()
         fork_guard.note_initialised(SIMULATOR)
         _OPEN_BACKENDS.add(self)  # after robosuite's EGL set-up, so its exit handler runs before robosuite's
         self._init_states = np.asarray(init_states)
         release_freed_memory()  # the old scene and the compiler's temporaries: ~0.6 GB of RSS otherwise kept
         self.scene_loads += 1
         self.scene_load_seconds += time.perf_counter() - started
+
+    def _apply_texture_colorspace(self) -> None:
+        """Decode the scene's textures as :attr:`texture_colorspace` (MuJoCo >= 3.3.3 would decode LIBERO's as sRGB)."""
+        sim = self._env.sim
+        context = getattr(sim, "_render_context_offscreen", None)
+        if context is None:
+            return
+        context.gl_ctx.make_current()
+        apply_colorspace(sim.model._model, context.con, self.texture_colorspace)
 
     def reset(self, init_state_id: int | None, seed: int) -> None:
         # The episode is the initial state and the seed. robosuite's reset() draws from numpy's *global*
@@ -309,13 +323,16 @@ class LiberoEnv(VLAEnv):
             docs/libero_plus.md).
         init_states: the initial states that resets not pinned by ``init_state_id`` take (``"0-39"`` or a list;
             ``reset(seed=s)`` takes the ``s % len``-th of them): train on 0-39, keep 40-49 held out.
+        texture_colorspace: ``linear`` (default) decodes the textures as MuJoCo up to 3.3.2 did, the frames of
+            LIBERO's datasets and published checkpoints, on every MuJoCo; ``auto`` as this MuJoCo decodes them by itself:
+            on >= 3.3.3 much darker, the frames of vla_gym's checkpoints trained on MuJoCo 3.17 before Nov 26, 2026.
     """
 
     def __init__(self, suite: str, task_id: int | None = None, init_state_id: int | None = None,
                  cameras: Sequence[str] = ("main", "wrist"), image_size: int | tuple[int, int] = 224,
                  max_episode_steps: int | None = None, render_mode: str | None = None,
                  settle_steps: int = 10, flip: str = "vertical", perturbation: str | None = None,
-                 init_states: str | Sequence[int] | None = None):
+                 init_states: str | Sequence[int] | None = None, texture_colorspace: str = "linear"):
         if isinstance(image_size, int):
             image_size = (image_size, image_size)
         if perturbation is not None:
@@ -323,7 +340,8 @@ class LiberoEnv(VLAEnv):
         tasks = suite_tasks(suite)
         if not tasks and libero_plus.is_plus(suite):
             raise libero_plus.assets_error(suite)  # names the asset files its variants need and where to get them
-        backend = LiberoBackend(tuple(cameras), tuple(image_size), settle_steps=settle_steps, flip=flip)
+        backend = LiberoBackend(tuple(cameras), tuple(image_size), settle_steps=settle_steps, flip=flip,
+                                texture_colorspace=texture_colorspace)
         if libero_pro.is_perturbed(suite):
             libero_pro.check_installed(tasks)  # the installed LIBERO has this LIBERO-PRO suite and its files
         if libero_plus.is_plus(suite):
