@@ -1,6 +1,6 @@
 """Which MuJoCo to run LIBERO on, measured: the scripted experts and the physics canary under several versions.
 
-    python scripts/measure_mujoco_versions.py                                  # 2.3.7 3.1.6 3.3.0 and this one
+    python scripts/measure_mujoco_versions.py                                  # 2.3.7 3.1.6 3.3.0 3.17.0
     python scripts/measure_mujoco_versions.py --versions 3.3.0 current --init-states 0-1 --suites libero_object
     python scripts/measure_mujoco_versions.py --versions current --quick --out /tmp/mj --results /tmp/mj/rows.json \
         --asset /tmp/mj/passed.json                                    # short form: 2 tasks x 2 states, canary --quick
@@ -12,12 +12,12 @@ and vla_gym installed editable, then runs in it, one after the other:
 
 1. ``scripts/measure_libero_experts.py`` on the chosen suites and init states (the experts' success per suite);
 2. ``vla-gym canary --json`` (how far each fingerprinted trajectory drifts from the one recorded under the
-   reference MuJoCo, and which successes flip).
+   reference MuJoCo, which successes flip, and how far the reset frames move: ``RENDER``).
 
 ``current`` is this interpreter's own MuJoCo (no venv). Each step's output under ``--out/mujoco-VERSION/`` is its
 resume point (a rerun skips what exists), and ``--results`` (``docs/results/mujoco_versions.json``) gets one row
-per version: expert success per suite and the canary's OK / DRIFT / FLIP counts and largest drift. The versions
-whose canary had no DRIFT and no FLIP go to ``assets/canary/passed_mujoco.json``: a LIBERO env on any other
+per version: expert success per suite and the canary's OK / DRIFT / FLIP / RENDER counts, largest drift and
+largest frame change. The versions whose canary had no DRIFT, FLIP or RENDER go to ``assets/canary/passed_mujoco.json``: a LIBERO env on any other
 version warns once (``vla_gym.backends.libero.mujoco_check``).
 """
 from __future__ import annotations
@@ -77,15 +77,15 @@ def row(mujoco: str, experts: dict, canary: dict) -> dict:
     """One version's row: expert success per suite, canary verdicts and drift per suite.
 
     >>> canary = {"results": [{"key": "object-t0-i0-s0", "status": "OK", "robot_drift_m": 0.0,
-    ...                        "object_drift_m": 0.001, "identical": False},
+    ...                        "object_drift_m": 0.001, "identical": False, "render_drift": 0.25},
     ...                       {"key": "goal-t1-i0-s0", "status": "FLIP", "robot_drift_m": 0.2,
     ...                        "object_drift_m": 0.3, "identical": False}]}
     >>> r = row("3.3.0", {"suites": {"libero_object": {"episodes": 2, "successes": 1, "success_rate": 0.5}}}, canary)
-    >>> r["canary"]["counts"], r["canary"]["flips"], r["canary"]["max_drift_mm"]
-    ({'OK': 1, 'DRIFT': 0, 'FLIP': 1, 'SKIP': 0, 'identical': 0}, ['goal-t1-i0-s0'], {'object': 1.0, 'goal': 300.0})
+    >>> r["canary"]["counts"], r["canary"]["flips"], r["canary"]["max_drift_mm"], r["canary"]["max_frame_change"]
+    ({'OK': 1, 'DRIFT': 0, 'FLIP': 1, 'RENDER': 0, 'SKIP': 0, 'identical': 0}, ['goal-t1-i0-s0'], {'object': 1.0, 'goal': 300.0}, 0.25)
     """
     results = canary["results"]
-    counts = {status: sum(r["status"] == status for r in results) for status in ("OK", "DRIFT", "FLIP", "SKIP")}
+    counts = {status: sum(r["status"] == status for r in results) for status in ("OK", "DRIFT", "FLIP", "RENDER", "SKIP")}
     counts["identical"] = sum(bool(r.get("identical")) for r in results)
     drift: dict[str, float] = {}
     for r in results:
@@ -95,7 +95,9 @@ def row(mujoco: str, experts: dict, canary: dict) -> dict:
             drift[suite] = round(max(drift.get(suite, 0.0), worst), 2)
     return {"mujoco": mujoco, "experts": experts["suites"],
             "canary": {"counts": counts, "flips": [r["key"] for r in results if r["status"] == "FLIP"],
-                       "max_drift_mm": drift}}
+                       "max_drift_mm": drift,
+                       "max_frame_change": max((r["render_drift"] for r in results if r.get("render_drift") is not None),
+                                               default=None)}}
 
 
 def merge_row(rows: list[dict], new: dict) -> list[dict]:
@@ -109,14 +111,15 @@ def merge_row(rows: list[dict], new: dict) -> list[dict]:
 
 
 def passed(rows: list[dict], reference: str) -> list[str]:
-    """The MuJoCo versions whose canary drifted nowhere and flipped nothing (the reference always), oldest first.
+    """The MuJoCo versions whose canary drifted nowhere, flipped nothing and rendered the same frames (the reference
+    always), oldest first.
 
     >>> clean = {"counts": {"OK": 3, "DRIFT": 0, "FLIP": 0}}
     >>> passed([{"mujoco": "3.3.0", "canary": clean}, {"mujoco": "2.3.7", "canary": {"counts": {"DRIFT": 1}}}],
     ...        "3.17.0")
     ['3.3.0', '3.17.0']
     """
-    ok = {r["mujoco"] for r in rows if not r["canary"]["counts"].get("DRIFT") and not r["canary"]["counts"].get("FLIP")}
+    ok = {r["mujoco"] for r in rows if not any(r["canary"]["counts"].get(s) for s in ("DRIFT", "FLIP", "RENDER"))}
     return sorted(ok | {reference}, key=lambda v: tuple(int(part) for part in v.split(".")))
 
 
@@ -132,8 +135,8 @@ def write_asset(rows: list[dict], path: pathlib.Path) -> pathlib.Path:
 def markdown(rows: list[dict]) -> str:
     """The docs' table: one line per MuJoCo version."""
     suites = sorted({s for r in rows for s in r["experts"]})
-    head = ["MuJoCo", *(f"expert {s.removeprefix('libero_')}" for s in suites), "canary identical / OK / DRIFT / FLIP",
-            "largest drift (mm)"]
+    head = ["MuJoCo", *(f"expert {s.removeprefix('libero_')}" for s in suites),
+            "canary identical / OK / DRIFT / FLIP / RENDER", "largest drift (mm)", "largest frame change (of 255)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["mujoco"]]
@@ -141,15 +144,17 @@ def markdown(rows: list[dict]) -> str:
             e = r["experts"].get(s)
             cells.append(f"{e['successes']}/{e['episodes']} ({e['success_rate']:.0%})" if e else "-")
         c = r["canary"]["counts"]
-        cells.append(f"{c['identical']} / {c['OK']} / {c['DRIFT']} / {c['FLIP']}")
+        cells.append(f"{c['identical']} / {c['OK']} / {c['DRIFT']} / {c['FLIP']} / {c.get('RENDER', '-')}")
         cells.append(f"{max(r['canary']['max_drift_mm'].values(), default=0.0):.1f}")
+        frames = r["canary"].get("max_frame_change")
+        cells.append("-" if frames is None else f"{frames:.2f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = script_parser(__doc__)
-    parser.add_argument("--versions", nargs="+", default=["2.3.7", "3.1.6", "3.3.0", "current"],
+    parser.add_argument("--versions", nargs="+", default=["2.3.7", "3.1.6", "3.3.0", "3.17.0"],
                         help="MuJoCo versions from PyPI, or `current` (this interpreter's)")
     parser.add_argument("--suites", nargs="+", default=["libero_object", "libero_spatial", "libero_goal"])
     parser.add_argument("--init-states", nargs="+", default=["0-9"], help="init states of every task with an expert")

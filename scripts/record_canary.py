@@ -4,6 +4,7 @@
     python scripts/record_canary.py --suite object maniskill --out runs/canary/fingerprints.json
     python scripts/record_canary.py --suite maniskill --merge  # re-record one suite, keep the others' cases
     python scripts/record_canary.py --sensitivity 1e-6         # drift of the recorded cases when actions move 1e-6
+    python scripts/record_canary.py --rebase                   # same cases and actions, replayed under this MuJoCo
 
 Record under the reference versions (docs/evaluation.md names them), then check that a fresh process replays
 them exactly (`vla-gym canary`: every drift 0.00 mm) before committing both files. ``--sensitivity EPS``
@@ -25,12 +26,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(canary.default_path()), help="fingerprints JSON (.npz beside it)")
     parser.add_argument("--merge", action="store_true",
                         help="keep the other suites' cases already in --out (same versions and settings only)")
+    parser.add_argument("--rebase", action="store_true",
+                        help="keep --out's cases and actions, record their positions, successes and reset frames again "
+                             "under the versions installed here (a new reference MuJoCo)")
     parser.add_argument("--sensitivity", type=float, metavar="EPS",
                         help="replay --out's fingerprints with actions moved by +-EPS instead of recording")
     args = parser.parse_args(argv)
     try:
         suites = canary.parse_suites(args.suite)
-        if args.sensitivity is None:
+        if args.rebase:
+            meta = canary.rebase(args.out)
+        elif args.sensitivity is None:
             meta = canary.record(args.out, suites, merge=args.merge)
     except canary.CanaryError as error:
         print(f"record_canary: {error}", file=sys.stderr)

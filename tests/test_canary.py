@@ -58,6 +58,11 @@ def test_shipped_fingerprints_cover_every_suite_name_their_versions_and_stay_sma
         rows = len(canary.sample_indices(steps + 1, meta["stride"]))
         assert arrays[f"{case['key']}.robot"].shape == (rows, 3)
         assert arrays[f"{case['key']}.objects"].shape == (rows, len(case["objects"]), 3)
+        if case["suite"] != "maniskill":  # LIBERO cases fingerprint both cameras' reset frames, pooled
+            grid = canary.FRAME_PX // canary.FRAME_POOL
+            for role in meta["frames"]["cameras"]:
+                assert arrays[f"{case['key']}.frame_{role}"].shape == (grid, grid, 3), (case["key"], role)
+    assert meta["frames"]["texture_colorspace"] == "linear"
     size = sum(canary.default_path().with_suffix(ext).stat().st_size for ext in (".json", ".npz"))
     assert size < 1_000_000
 
@@ -118,6 +123,26 @@ def test_identical_replay_is_ok_a_shift_beyond_the_tolerance_drifts_a_changed_su
 
 
 @pytest.mark.quick
+def test_a_darker_reset_frame_is_a_render_change_with_the_physics_unchanged():
+    """MuJoCo 3.3.3's texture colour space darkens LIBERO's frames (about 36 of 255) without moving anything: the
+    canary's RENDER status, exit 1; a change under the tolerance (another renderer's edge pixels) is OK."""
+    recorded, arrays = _fingerprint()
+    frame = np.full((64, 64, 3), 140, np.uint8)
+    arrays["x-t0-s0.frame_main"] = canary.pooled(frame)
+
+    def replay(level: int) -> canary.Trace:
+        trace = _replay(arrays)
+        trace.frames = {"main": canary.pooled(np.full((64, 64, 3), level, np.uint8))}
+        return trace
+
+    same, edge, darker = (canary.compare(recorded, arrays, replay(level), canary.TOLERANCE_M)
+                          for level in (140, 141, 104))
+    assert (same.status, same.render_drift) == ("OK", 0.0) and (edge.status, edge.render_drift) == ("OK", 1.0)
+    assert (darker.status, darker.render_drift) == ("RENDER", 36.0) and canary.exit_code([same, darker]) == 1
+    assert "frames 36.00/255" in canary.format_result(darker)
+
+
+@pytest.mark.quick
 def test_re_recording_one_suite_keeps_the_others_in_order_and_refuses_other_versions(shipped):
     old_meta, old_arrays = shipped
     redone = [dict(case, key=f"{case['key']}-new") for case in canary.select(old_meta, ["goal"])]
@@ -128,7 +153,8 @@ def test_re_recording_one_suite_keeps_the_others_in_order_and_refuses_other_vers
                                                         key=list(canary.SUITES).index)
     assert [c["key"] for c in canary.select(meta, ["goal"])] == [c["key"] for c in redone]
     assert not any(row["suite"] == "goal" for row in meta["left_out"])
-    assert set(arrays) == {f"{c['key']}.{part}" for c in meta["cases"] for part in ("actions", "robot", "objects")}
+    assert {name.rsplit(".", 1)[0] for name in arrays} == {c["key"] for c in meta["cases"]}
+    assert {f"{c['key']}.{part}" for c in meta["cases"] for part in ("actions", "robot", "objects")} <= set(arrays)
     other = {**meta, "reference": {**meta["reference"], "mujoco": "3.1.0"}}
     with pytest.raises(canary.CanaryError, match="reference"):
         canary.merge_other_suites(other, {}, old_meta, old_arrays, ["goal"])

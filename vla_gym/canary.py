@@ -10,9 +10,12 @@ Published LIBERO success rates move with the MuJoCo version (one policy: 98 % on
 (:mod:`vla_gym.data.experts`), open loop from fixed resets (task, init state, seed), and compares what the
 simulator does now with the fingerprint recorded under the reference versions: the robot's end-effector
 position and every movable object's position every :data:`STRIDE` steps (and at the last step), whether the
-episode succeeded and the step it first did. A case is ``FLIP`` when its success changed, ``DRIFT`` when the
+episode succeeded and the step it first did, and (LIBERO) what the main and wrist cameras show at the reset, as a
+16x16 grid of 4x4-pixel means of a 64-pixel frame. A case is ``FLIP`` when its success changed, ``DRIFT`` when the
 robot or an object moved more than the tolerance (default :data:`TOLERANCE_M`) away from its recorded
-trajectory, else ``OK``; the command exits 1 on any ``FLIP`` or ``DRIFT``.
+trajectory, ``RENDER`` when the frames moved more than :data:`RENDER_TOLERANCE` of 255 on average (MuJoCo 3.3.3's
+texture colour space moves them by about 36), else ``OK``; the command exits 1 on any ``FLIP``, ``DRIFT`` or
+``RENDER``.
 
 The fingerprints ship in ``vla_gym.assets`` (``canary/fingerprints.json``: the reference versions and the
 cases; ``canary/fingerprints.npz``: per case the actions, the robot's and the objects' subsampled positions).
@@ -30,6 +33,8 @@ exactly 0:
     [0, 5, 10]
     >>> sample_indices(13, 5)
     [0, 5, 10, 12]
+    >>> pooled(np.full((64, 64, 3), 7, np.uint8)).shape
+    (16, 16, 3)
 """
 from __future__ import annotations
 
@@ -41,7 +46,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 
 import numpy as np
@@ -86,8 +91,13 @@ STABLE_M = 0.001
 #: the distributions whose versions are stamped into the fingerprints (LIBERO's under whichever name it has)
 VERSIONED = ("mujoco", "robosuite", "LIBERO", "mani_skill", "sapien", "torch", "numpy")
 ASSET = ("canary", "fingerprints.json")
-#: the small camera a LIBERO env needs (its reset renders once; steps here never render)
-LIBERO_ENV_KWARGS = {"cameras": ("main",), "image_size": 32}
+#: the cameras a LIBERO case fingerprints at its reset (steps here never render): both, FRAME_PX square, pooled
+#: into FRAME_POOL x FRAME_POOL blocks
+FRAME_PX, FRAME_POOL = 64, 4
+LIBERO_ENV_KWARGS = {"cameras": ("main", "wrist"), "image_size": FRAME_PX}
+#: default render alarm: the mean absolute difference of the pooled frames, of 255; LIBERO's frames under MuJoCo
+#: 2.3.7-3.3.2 and 3.17 with linear textures differ by < 0.1, MuJoCo >= 3.3.3's own sRGB textures by about 36
+RENDER_TOLERANCE = 2.0
 MANISKILL_ENV_KWARGS = {"obs_mode": "state"}
 
 
@@ -124,6 +134,7 @@ class Trace:
     object_names: list[str]
     success: bool              # success at the last step
     length: int | None         # the step of the first success (None: never)
+    frames: dict[str, np.ndarray] = field(default_factory=dict)  # role -> pooled reset frame (uint8), LIBERO only
 
 
 @dataclass
@@ -135,7 +146,7 @@ class Result:
     task: str
     init_state_id: int | None
     seed: int
-    status: str                     # OK, DRIFT, FLIP or SKIP
+    status: str                     # OK, DRIFT, FLIP, RENDER or SKIP
     robot_drift_m: float | None = None
     object_drift_m: float | None = None
     worst_object: str | None = None
@@ -144,7 +155,27 @@ class Result:
     length_ref: int | None = None
     length_now: int | None = None
     identical: bool = False         # every sampled position, the success and its step as recorded (float32)
+    render_drift: float | None = None  # mean absolute difference of the pooled reset frames, of 255 (worst camera)
     note: str = ""
+
+
+def pooled(frame: np.ndarray, block: int = FRAME_POOL) -> np.ndarray:
+    """A frame ``[H, W, 3]`` as the uint8 means of its ``block`` x ``block`` pixel squares: a fingerprint of what
+    a camera shows that ignores single pixels (an edge one renderer anti-aliases otherwise) but not a darker scene."""
+    height, width, channels = frame.shape
+    blocks = frame[:height - height % block, :width - width % block].astype(np.float32)
+    blocks = blocks.reshape(height // block, block, width // block, block, channels).mean(axis=(1, 3))
+    return np.round(blocks).astype(np.uint8)
+
+
+def render_drift(reference: dict[str, np.ndarray], now: dict[str, np.ndarray]) -> float | None:
+    """The largest mean absolute difference (of 255) between the pooled frames of the cameras both have; None if
+    none."""
+    roles = [role for role in reference if role in now]
+    if not roles:
+        return None
+    return round(max(float(np.abs(reference[r].astype(np.float32) - now[r].astype(np.float32)).mean())
+                     for r in roles), 3)
 
 
 def sample_indices(count: int, stride: int = STRIDE) -> list[int]:
@@ -235,7 +266,8 @@ def play(env, case: Case, actions: np.ndarray | None = None, stride: int = STRID
     options = {"task_id": case.task_id}
     if case.init_state_id is not None:
         options["init_state_id"] = case.init_state_id
-    env.reset(seed=case.seed, options=options)
+    observation, _ = env.reset(seed=case.seed, options=options)
+    frames = {role: pooled(image) for role, image in (observation.get("images") or {}).items()}
     base = env.unwrapped
     expert = expert_for(env) if actions is None else None
     hold_still = getattr(base.backend, "maniskill_env", None) is not None
@@ -263,7 +295,7 @@ def play(env, case: Case, actions: np.ndarray | None = None, stride: int = STRID
     return Trace(
         actions=np.stack(executed).astype(np.float32), robot=np.asarray(robots, np.float32)[rows],
         objects=np.asarray(positions, np.float32).reshape(len(robots), len(names), 3)[rows],
-        object_names=names, success=bool(success), length=first_success)
+        object_names=names, success=bool(success), length=first_success, frames=frames)
 
 
 def sensitivity(env, case: Case, trace: Trace, stride: int = STRIDE) -> tuple[float, bool]:
@@ -349,7 +381,7 @@ def record(out: str | pathlib.Path, suites: Sequence[str] = tuple(SUITES), strid
     """
     out = pathlib.Path(out)
     meta = {"format": 1, "recorded": time.strftime("%Y-%m-%d"), "reference": versions(), "stride": stride,
-            "hold_steps": HOLD_STEPS, "tolerance_m": TOLERANCE_M,
+            "hold_steps": HOLD_STEPS, "tolerance_m": TOLERANCE_M, "frames": frame_settings(),
             "screen": {"epsilon": SCREEN_EPSILON, "repeats": SCREEN_REPEATS, "stable_m": STABLE_M},
             "cases": [], "left_out": []}
     arrays: dict[str, np.ndarray] = {}
@@ -359,8 +391,7 @@ def record(out: str | pathlib.Path, suites: Sequence[str] = tuple(SUITES), strid
                               "success": trace.success, "length": trace.length, "steps": len(trace.actions),
                               "objects": trace.object_names, "tried": tried,
                               "sensitivity_m": None if drift is None else round(drift, 7)})
-        arrays.update({f"{case.key}.actions": trace.actions, f"{case.key}.robot": trace.robot,
-                       f"{case.key}.objects": trace.objects})
+        arrays.update(trace_arrays(case.key, trace))
         note = "" if drift is None else f", {drift * 1000:.3f} mm under +-{SCREEN_EPSILON:g}"
         log(f"{case.key}  {case.task}: {'success' if trace.success else 'FAILED'} at step {trace.length}{note}")
 
@@ -390,13 +421,59 @@ def record(out: str | pathlib.Path, suites: Sequence[str] = tuple(SUITES), strid
     return meta
 
 
+def frame_settings() -> dict:
+    """How the reset frames are fingerprinted (stored with the fingerprints)."""
+    return {"cameras": list(LIBERO_ENV_KWARGS["cameras"]), "px": FRAME_PX, "pool": FRAME_POOL,
+            "texture_colorspace": "linear", "render_tolerance": RENDER_TOLERANCE}
+
+
+def trace_arrays(key: str, trace: Trace) -> dict[str, np.ndarray]:
+    """The arrays of one case's fingerprint: actions, robot and object positions, pooled reset frames."""
+    return {f"{key}.actions": trace.actions, f"{key}.robot": trace.robot, f"{key}.objects": trace.objects,
+            **{f"{key}.frame_{role}": frame for role, frame in trace.frames.items()}}
+
+
+def rebase(path: str | pathlib.Path, log: Callable[[str], None] = print) -> dict:
+    """Record the fingerprints at ``path`` again under the versions installed here, keeping their cases and actions.
+
+    The canary compares what the simulator does with fixed actions; a new reference version only changes what that
+    is. Each case's recorded actions are replayed open loop and its positions, success and reset frames replace the
+    old ones; the cases (chosen by :func:`record`'s screen) and their actions stay, so every version measured
+    against either reference replays the same episodes. ``meta["rebased"]`` keeps the older reference.
+    """
+    path = pathlib.Path(path)
+    meta, arrays = load(path)
+    old_reference, old_recorded = meta["reference"], meta.get("recorded")
+    for env_id in dict.fromkeys(c["env_id"] for c in meta["cases"]):
+        env = make_env(env_id)
+        try:
+            for recorded in (c for c in meta["cases"] if c["env_id"] == env_id):
+                case = Case(recorded["suite"], env_id, recorded["task_id"], recorded["task"],
+                            recorded["init_state_id"], recorded["seed"])
+                trace = play(env, case, actions=arrays[f"{case.key}.actions"], stride=meta["stride"])
+                before = (recorded["success"], recorded["length"])
+                recorded.update(success=trace.success, length=trace.length)
+                arrays.update(trace_arrays(case.key, trace))
+                log(f"{case.key}  {case.task}: success {before[0]} -> {trace.success}, first at {before[1]} -> "
+                    f"{trace.length}")
+        finally:
+            env.close()
+    meta.update(reference=versions(), recorded=time.strftime("%Y-%m-%d"), frames=frame_settings(),
+                rebased={"from": old_reference, "recorded": old_recorded,
+                         "note": "cases and actions chosen and recorded under 'from'; positions, successes and frames "
+                                 "replayed under 'reference'"})
+    path.write_text(json.dumps(meta, indent=1) + "\n")
+    np.savez_compressed(path.with_suffix(".npz"), **arrays)
+    return meta
+
+
 def merge_other_suites(meta: dict, arrays: dict[str, np.ndarray], old_meta: dict, old_arrays: dict[str, np.ndarray],
                        suites: Sequence[str]) -> None:
     """Add to a new recording of ``suites`` the other suites' cases of an older one, in :data:`SUITES` order.
 
     Refused (:class:`CanaryError`) unless both were recorded under the same versions and settings.
     """
-    settings = ("reference", "stride", "hold_steps", "screen")
+    settings = ("reference", "stride", "hold_steps", "screen", "frames")
     if any(old_meta.get(name) != meta[name] for name in settings):
         differ = [name for name in settings if old_meta.get(name) != meta[name]]
         raise CanaryError(f"cannot merge: the fingerprints there were recorded with other {', '.join(differ)}; "
@@ -436,22 +513,27 @@ def select(meta: dict, suites: Iterable[str] | None = None, quick: bool = False)
     return [c for c in meta["cases"] if (wanted is None or c["suite"] in wanted) and (c["quick"] or not quick)]
 
 
-def compare(recorded: dict, arrays: dict[str, np.ndarray], trace: Trace, tolerance: float) -> Result:
+def compare(recorded: dict, arrays: dict[str, np.ndarray], trace: Trace, tolerance: float,
+            render_tolerance: float = RENDER_TOLERANCE) -> Result:
     """The :class:`Result` of one replay (``trace``) against its fingerprint."""
     key = recorded["key"]
+    frames = {name.split(".frame_", 1)[1]: array for name, array in arrays.items() if name.startswith(f"{key}.frame_")}
     reference = Trace(arrays[f"{key}.actions"], arrays[f"{key}.robot"], arrays[f"{key}.objects"],
-                      recorded["objects"], recorded["success"], recorded["length"])
+                      recorded["objects"], recorded["success"], recorded["length"], frames)
     robot, objects, worst = drifts(reference, trace.robot, trace.objects)
-    status = "FLIP" if trace.success != reference.success else "DRIFT" if max(robot, objects) > tolerance else "OK"
+    frame_drift = render_drift(reference.frames, trace.frames)
+    status = ("FLIP" if trace.success != reference.success else "DRIFT" if max(robot, objects) > tolerance else
+              "RENDER" if frame_drift is not None and frame_drift > render_tolerance else "OK")
     identical = (np.array_equal(reference.robot, trace.robot) and np.array_equal(reference.objects, trace.objects)
                  and (trace.success, trace.length) == (reference.success, reference.length))
     return Result(key, recorded["env_id"], recorded["task"], recorded["init_state_id"], recorded["seed"], status,
                   robot, objects, None if worst is None else recorded["objects"][worst], reference.success,
-                  trace.success, reference.length, trace.length, identical=identical)
+                  trace.success, reference.length, trace.length, identical=identical, render_drift=frame_drift)
 
 
 def check(meta: dict, arrays: dict[str, np.ndarray], cases: Sequence[dict], tolerance: float = TOLERANCE_M,
-          on_result: Callable[[Result], None] = lambda result: None, strict: bool = False) -> list[Result]:
+          on_result: Callable[[Result], None] = lambda result: None, strict: bool = False,
+          render_tolerance: float = RENDER_TOLERANCE) -> list[Result]:
     """Replay ``cases`` (recorded entries of ``meta``) and compare each with its fingerprint.
 
     Cases whose simulator is missing are ``SKIP`` (with the pip extra that installs it), or raise
@@ -479,7 +561,7 @@ def check(meta: dict, arrays: dict[str, np.ndarray], cases: Sequence[dict], tole
                 case = Case(recorded["suite"], env_id, recorded["task_id"], recorded["task"],
                             recorded["init_state_id"], recorded["seed"])
                 trace = play(env, case, actions=arrays[f"{recorded['key']}.actions"], stride=meta["stride"])
-                results.append(compare(recorded, arrays, trace, tolerance))
+                results.append(compare(recorded, arrays, trace, tolerance, render_tolerance))
                 on_result(results[-1])
         finally:
             env.close()
@@ -510,7 +592,8 @@ def format_result(result: Result) -> str:
     if result.status == "SKIP":
         return f"{where} SKIP  {result.note}   ({result.task})"
     obj = f" ({result.worst_object})" if result.worst_object and result.object_drift_m else ""
-    return (f"{where} robot {_mm(result.robot_drift_m)} mm  objects {_mm(result.object_drift_m)} mm{obj}  "
+    frames = "" if result.render_drift is None else f"frames {result.render_drift:5.2f}/255  "
+    return (f"{where} robot {_mm(result.robot_drift_m)} mm  objects {_mm(result.object_drift_m)} mm{obj}  {frames}"
             f"success {_yes(result.success_ref)} -> {_yes(result.success_now)}  "
             f"first success at step {_step(result.length_ref):>3} -> {_step(result.length_now):<3}  {result.status:<5}  "
             f"({result.task})")
@@ -524,22 +607,25 @@ def format_versions(reference: dict, current: dict) -> str:
     return line + ("; differs: " + ", ".join(differ) if differ else "; every versioned package is the same")
 
 
-def summary(results: Sequence[Result], meta: dict, tolerance: float, seconds: float) -> str:
+def summary(results: Sequence[Result], meta: dict, tolerance: float, seconds: float,
+            render_tolerance: float = RENDER_TOLERANCE) -> str:
     """The counts per status and of identical replays, the largest drift, the tolerance, the versions, the time."""
-    counts = {status: sum(r.status == status for r in results) for status in ("OK", "DRIFT", "FLIP", "SKIP")}
+    counts = {status: sum(r.status == status for r in results) for status in ("OK", "DRIFT", "FLIP", "RENDER", "SKIP")}
     worst = max((max(r.robot_drift_m, r.object_drift_m) for r in results if r.status != "SKIP"), default=0.0)
     identical = sum(r.identical for r in results)
+    frames = [r.render_drift for r in results if r.render_drift is not None]
+    render = f"; largest frame change {max(frames):.2f}/255 (tolerance {render_tolerance:g})" if frames else ""
     return (f"canary: {len(results)} cases: " + ", ".join(f"{n} {s}" for s, n in counts.items()) +
             f"; {identical} replayed identically to the fingerprint; largest drift {worst * 1000:.2f} mm "
-            f"(tolerance {tolerance * 1000:.1f} mm); {seconds:.0f} s\n" +
+            f"(tolerance {tolerance * 1000:.1f} mm){render}; {seconds:.0f} s\n" +
             format_versions(meta["reference"], versions()) + f" (fingerprints recorded {meta.get('recorded')})")
 
 
 def exit_code(results: Sequence[Result]) -> int:
-    """1 when a success flipped or a trajectory left the tolerance; 2 when nothing ran; else 0."""
-    if any(r.status in ("DRIFT", "FLIP") for r in results):
+    """1 when a success flipped, a trajectory left the tolerance or the frames changed; 2 when nothing ran; else 0."""
+    if any(r.status in ("DRIFT", "FLIP", "RENDER") for r in results):
         return 1
-    return 0 if any(r.status == "OK" for r in results) else 2
+    return 0 if any(r.status != "SKIP" for r in results) else 2
 
 
 # ------------------------------------------------------------------------------------------ CLI
@@ -574,6 +660,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help=f"only these suites, comma separated (default all: {','.join(SUITES)})")
     parser.add_argument("--tolerance", type=float, default=TOLERANCE_M, metavar="M",
                         help=f"largest drift (metres) of the robot or an object before DRIFT (default {TOLERANCE_M})")
+    parser.add_argument("--render-tolerance", type=float, default=RENDER_TOLERANCE, metavar="LEVELS",
+                        help="largest mean change of the pooled reset frames (of 255) before RENDER "
+                             f"(default {RENDER_TOLERANCE:g})")
     parser.add_argument("--json", metavar="OUT", help="also write the results as JSON to this file")
     parser.add_argument("--fingerprints", metavar="PATH",
                         help="fingerprints JSON (its .npz beside it); default: the ones shipped in vla_gym.assets")
@@ -592,21 +681,23 @@ def main(args: argparse.Namespace) -> int:
         if not cases:
             raise CanaryError(f"the fingerprints hold no case of {suites}")
         results = check(meta, arrays, cases, args.tolerance, on_result=lambda r: print(format_result(r), flush=True),
-                        strict=suites is not None)
+                        strict=suites is not None, render_tolerance=args.render_tolerance)
     except CanaryError as error:
         print(f"vla-gym canary: {error}", file=sys.stderr)
         return 2
     code = exit_code(results)
-    print(summary(results, meta, args.tolerance, time.perf_counter() - started))
+    print(summary(results, meta, args.tolerance, time.perf_counter() - started, args.render_tolerance))
     if code == 2:
         print("vla-gym canary: no case could run here (see the SKIP lines)", file=sys.stderr)
     if args.json:
-        report = {"exit_code": code, "tolerance_m": args.tolerance, "reference": meta["reference"],
+        report = {"exit_code": code, "tolerance_m": args.tolerance, "render_tolerance": args.render_tolerance,
+                  "reference": meta["reference"],
                   "current": versions(), "recorded": meta.get("recorded"), "results": [asdict(r) for r in results]}
         pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         pathlib.Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     return code
 
 
-__all__ = ["SUITES", "STRIDE", "TOLERANCE_M", "Case", "Result", "Trace", "add_arguments", "check", "compare",
-           "drifts", "load", "main", "merge_other_suites", "path_drift", "perturb_actions", "play", "record", "sample_indices", "select", "versions"]
+__all__ = ["SUITES", "STRIDE", "TOLERANCE_M", "RENDER_TOLERANCE", "Case", "Result", "Trace", "add_arguments", "check",
+           "compare", "drifts", "load", "main", "merge_other_suites", "path_drift", "perturb_actions", "play", "pooled",
+           "rebase", "record", "render_drift", "sample_indices", "select", "versions"]
