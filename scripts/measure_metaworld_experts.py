@@ -6,7 +6,7 @@
 
 Each episode is ``VLA/MetaWorld-<task>-v0`` with ``obs_mode="state"`` (no camera is rendered), reset with the seed
 (Meta-World's own seeded goal and object sampling), driven by the task's scripted policy (``expert_for``) until
-Meta-World's success flag or its 500-step limit. Writes ``--out`` (``docs/results/metaworld_experts.json``): the
+Meta-World's success flag or its 500-step limit. Writes ``--out`` (``docs/results/metaworld_experts_mujoco<version>.json``): the
 command, the versions (MuJoCo, metaworld), and per task the successes over the seeds and the seeds that failed.
 Under another MuJoCo, run it with that environment's python (``scripts/measure_mujoco_versions.py`` makes such
 environments) and another ``--out``.
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", nargs="+", default=None, help="Meta-World task names (default: all 50)")
     add_ids(parser, "--seeds", "reset seeds of every task", default=list(range(20)))
     parser.add_argument("--quick", action="store_true", help="2 tasks x 2 seeds")
-    parser.add_argument("--out", default="docs/results/metaworld_experts.json")
+    parser.add_argument("--out", default=None, help="default: docs/results/metaworld_experts_mujoco<version>.json")
     args = parser.parse_args(argv)
     from importlib.metadata import version
 
@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     from vla_gym.tasks.metaworld import TASKS
 
     tasks, seeds = args.tasks or list(TASKS), args.seeds
+    args.out = args.out or f"docs/results/metaworld_experts_mujoco{mujoco.__version__}.json"
     if args.quick:
         tasks, seeds = tasks[:2], seeds[:2]
     unknown = sorted(set(tasks) - set(TASKS))

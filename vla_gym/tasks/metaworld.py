@@ -29,11 +29,10 @@ from vla_gym.backends.base import TaskSpec
 from vla_gym.core.env_entry import EnvEntry
 
 SUITE = "metaworld"
-#: the metaworld release vla_gym runs, installed with ``pip install --no-deps`` (docs/metaworld.md: it pins
-#: mujoco==3.3.0, vla_gym runs it on the MuJoCo LIBERO uses)
+#: the metaworld release vla_gym runs (it pins mujoco==3.3.0, the MuJoCo LIBERO runs on too; docs/metaworld.md)
 REQUIREMENT = "metaworld==3.1.1"
-#: how to install it (the pip extra brings its dependencies, the second command the package itself)
-INSTALL_COMMAND = f'pip install "vla-gym[metaworld]" && pip install --no-deps {REQUIREMENT}'
+#: how to install it (the pip extra brings it with its MuJoCo)
+INSTALL_COMMAND = 'pip install "vla-gym[metaworld]"'
 #: Meta-World's episode limit (``SawyerXYZEnv.max_path_length``, the same for every task)
 MAX_EPISODE_STEPS = 500
 SUFFIX = "-v3"

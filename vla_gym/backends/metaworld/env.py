@@ -48,7 +48,7 @@ from vla_gym.core.env import VLAEnv
 from vla_gym.core.errors import MissingSimulatorError
 from vla_gym.runtime import fork_guard
 from vla_gym.runtime.system import configure_mujoco_gl
-from vla_gym.tasks.metaworld import REQUIREMENT, task_specs
+from vla_gym.tasks.metaworld import task_specs
 
 SIMULATOR = "Meta-World (MuJoCo EGL)"  # as fork_guard names it
 OBS_MODES = ("images", "state")
@@ -104,8 +104,7 @@ def import_metaworld() -> dict:
         except ImportError as exc:
             if GL_ERROR.search(str(exc)):
                 raise
-            raise MissingSimulatorError("Meta-World", "metaworld", detail=str(exc),
-                                        then=f"pip install --no-deps {REQUIREMENT}") from exc
+            raise MissingSimulatorError("Meta-World", "metaworld", detail=str(exc)) from exc
     patch_mocap_welds(SawyerMocapBase, mujoco.mjNEQDATA)
     return ALL_V3_ENVIRONMENTS
 
