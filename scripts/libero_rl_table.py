@@ -10,7 +10,8 @@ A row is one (suite, seed, method, variant, split, mode): the success of the SFT
 (both ``trainers/eval.py`` reports must have played the same (task, init state, seed) list, or the row is refused),
 the init states, the RL run's env steps and wall-clock minutes (summed over its resumed segments, from its
 TensorBoard ``time/elapsed_s``; a PPO run's decisions of K-step action chunks count K env steps each, an upper
-bound by the unexecuted sub-steps of episode ends), the checkpoints and the commit that measured it. Adding a row with the same key
+bound by the unexecuted sub-steps of episode ends), the frames the policies saw (MuJoCo version and texture look,
+from the RL report's receipt: ``3.3.0 linear`` is LIBERO's own), the checkpoints and the commit that measured it. Adding a row with the same key
 replaces the old one; the file is written atomically.
 """
 from __future__ import annotations
@@ -34,6 +35,24 @@ def read_eval(directory: pathlib.Path) -> tuple[float, list[tuple], int]:
     data = json.loads((directory / "eval.json").read_text())
     played = sorted((e["spec"]["task_id"], e["spec"]["init_state_id"], e["spec"]["seed"]) for e in data["episodes"])
     return float(data["summary"]["overall"]["success_rate"]), played, len(played)
+
+
+def frames(directory: pathlib.Path) -> str:
+    """``"3.3.0 linear"``: the MuJoCo of a report's receipt and how its textures looked (``auto``: MuJoCo >= 3.3.3's
+    own sRGB decoding, the only look before the receipts recorded it).
+
+    >>> frames_of({"versions": {"mujoco": "3.17.0"}, "env": {"cameras": {"roles": {}}}})
+    '3.17.0 auto'
+    """
+    return frames_of(json.loads((directory / "eval.json").read_text())["receipt"])
+
+
+def frames_of(receipt: dict) -> str:
+    version = receipt["versions"]["mujoco"]
+    look = receipt["env"].get("cameras", {}).get("textures")
+    if look is None:
+        look = "auto" if tuple(int(p) for p in version.split(".")[:3]) >= (3, 3, 3) else "linear"
+    return f"{version} {look}"
 
 
 def rl_checkpoints(run: pathlib.Path) -> list[pathlib.Path]:
@@ -113,6 +132,10 @@ def add(args) -> dict:
     if sft_played != rl_played:
         raise SystemExit("the SFT and RL reports played different episodes: evaluate both with the same "
                          "--tasks / --init-states / --seed")
+    seen = frames(pathlib.Path(args.rl_eval))
+    if frames(pathlib.Path(args.sft_eval)) != seen:
+        raise SystemExit(f"the SFT and RL reports saw other frames ({frames(pathlib.Path(args.sft_eval))} against "
+                         f"{seen}): evaluate both on the same MuJoCo and texture_colorspace")
     env_steps, minutes = run_budget(pathlib.Path(args.rl_run), args.rl_checkpoint)
     checkpoints = rl_checkpoints(pathlib.Path(args.rl_run))
     sft_checkpoint, rl_checkpoint = args.sft_checkpoint, args.rl_checkpoint or str(checkpoints[-1])
@@ -126,7 +149,7 @@ def add(args) -> dict:
         "suite": args.suite, "seed": args.seed, "method": args.method, "variant": args.variant, "split": args.split,
         "mode": args.mode,
         "init_states": sorted({init for _, init, _ in sft_played if init is not None}), "episodes": episodes,
-        "sft": round(sft, 4), "rl": round(rl, 4), "env_steps": env_steps, "wall_minutes": minutes,
+        "sft": round(sft, 4), "rl": round(rl, 4), "env_steps": env_steps, "wall_minutes": minutes, "frames": seen,
         "commit": git_commit(), "sft_checkpoint": relative(sft_checkpoint), "rl_checkpoint": relative(rl_checkpoint),
     }
     path = pathlib.Path(args.out)
@@ -138,14 +161,17 @@ def add(args) -> dict:
 
 
 def table(data: dict) -> str:
-    """One line per row: SFT -> RL success (95 % Wilson intervals) with the change in points."""
-    lines = ["| suite | seed | method | split | mode | episodes | SFT | RL | change | env steps | minutes |",
-             "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    """One line per row: SFT -> RL success (95 % Wilson intervals) with the change in points (and the frames the
+    policies saw, when the rows record them: LIBERO's)."""
+    seen = any("frames" in r for r in data["rows"])
+    lines = ["| suite | seed | method | split | mode | episodes | SFT | RL | change | env steps | minutes |" +
+             (" frames |" if seen else ""), "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|" + ("---|" if seen else "")]
     for r in data["rows"]:
         method = f"{r['method']} {r['variant']}" if r.get("variant") else r["method"]
         lines.append(f"| {r['suite']} | {r['seed']} | {method} | {r['split']} | {r['mode']} | {r['episodes']} | "
                      f"{percent_interval(r['sft'], r['episodes'])} | {percent_interval(r['rl'], r['episodes'])} | "
-                     f"{100 * (r['rl'] - r['sft']):+.1f} | {r['env_steps']:,} | {r['wall_minutes']:.0f} |")
+                     f"{100 * (r['rl'] - r['sft']):+.1f} | {r['env_steps']:,} | {r['wall_minutes']:.0f} |" +
+                     (f" {r.get('frames', '-')} |" if seen else ""))
     return "\n".join(lines) + "\n"
 
 

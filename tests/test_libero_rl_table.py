@@ -21,7 +21,9 @@ def eval_report(path: pathlib.Path, successes: list[bool], init_states=(0, 1)) -
               for (t, i), s in zip([(t, i) for t in range(len(successes) // len(init_states)) for i in init_states],
                                    successes)]
     rate = sum(successes) / len(successes)
-    (path / "eval.json").write_text(json.dumps({"summary": {"overall": {"success_rate": rate}}, "episodes": played}))
+    receipt = {"versions": {"mujoco": "3.3.0"}, "env": {"cameras": {"roles": {"main": [128, 128]}, "textures": "linear"}}}
+    (path / "eval.json").write_text(json.dumps({"summary": {"overall": {"success_rate": rate}}, "episodes": played,
+                                                "receipt": receipt}))
     return path
 
 
@@ -63,8 +65,8 @@ def test_a_row_is_written_replaced_and_shown(tmp_path):
     assert row["rl_checkpoint"].endswith("libero_object_seed0_grpo.pt")  # the exported copies, trained parameters only
     assert torch.load(row["rl_checkpoint"], weights_only=False) == {}  # (this fake checkpoint holds none of them)
     assert set(row) >= {"suite", "seed", "method", "split", "mode", "commit", "sft_checkpoint"}
-    assert ("| object | 0 | grpo | train | greedy | 4 | 25.0 % [4.6, 69.9] | 75.0 % [30.1, 95.4] | +50.0 | 4,321 | 15 |"
-            in run("table", "--out", str(out)).stdout)  # with 95 % Wilson intervals
+    assert ("| object | 0 | grpo | train | greedy | 4 | 25.0 % [4.6, 69.9] | 75.0 % [30.1, 95.4] | +50.0 | 4,321 | 15 | "
+            "3.3.0 linear |" in run("table", "--out", str(out)).stdout)  # with 95 % Wilson intervals, and the frames
     run("add", *common, "--mode", "greedy", "--variant", "v3", "--export-dir", str(tmp_path / "models"))
     rows = json.loads(out.read_text())["rows"]  # another config's row stands beside the first
     assert [(r["variant"], pathlib.Path(r["rl_checkpoint"]).name) for r in rows] == [
@@ -103,3 +105,17 @@ def test_an_rft_run_counts_its_rounds_sampling_and_names_the_sft_variant(tmp_pat
     assert (row["method"], row["env_steps"], row["wall_minutes"]) == ("rft", 1500, 6.5)
     assert pathlib.Path(row["sft_checkpoint"]).name == "libero_object_seed0_sft_3demos.pt"
     assert pathlib.Path(row["rl_checkpoint"]).name == "libero_object_seed0_rft.pt"
+
+
+def test_reports_on_other_frames_are_refused(tmp_path):
+    """An SFT measured on MuJoCo 3.17's darker frames cannot stand beside an RL model measured on LIBERO's own."""
+    sft = eval_report(tmp_path / "sft", [True, False])
+    rl = eval_report(tmp_path / "rl", [True, False])
+    report = json.loads((sft / "eval.json").read_text())
+    report["receipt"] = {"versions": {"mujoco": "3.17.0"}, "env": {"cameras": {"roles": {}}}}  # before the setting
+    (sft / "eval.json").write_text(json.dumps(report))
+    result = subprocess.run([sys.executable, "scripts/libero_rl_table.py", "add", "--suite", "object", "--seed", "0",
+                             "--method", "grpo", "--split", "heldout", "--mode", "greedy", "--sft-eval", str(sft),
+                             "--rl-eval", str(rl), "--sft-checkpoint", "x", "--rl-run", str(tmp_path),
+                             "--out", str(tmp_path / "r.json")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0 and "saw other frames (3.17.0 auto against 3.3.0 linear)" in result.stderr
