@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import importlib.util
 import io
 import json
+import pathlib
 
 import gymnasium as gym
 import numpy as np
@@ -182,7 +184,7 @@ def test_motion_blur_is_a_one_sided_gaussian_along_the_angle():
 # --------------------------------------------------------------- LIBERO-Plus's package (no scene built)
 def test_the_noise_matches_liberoplus_own_corruptions(monkeypatch):
     """Gaussian and zoom blur, fog and glass blur equal LIBERO-Plus's functions pixel for pixel (fog at the 256 px
-    its wheel's copy needs); motion blur where Wand and ImageMagick are installed."""
+    its wheel's copy needs; motion blur: the next test)."""
     pytest.importorskip("liberoplus")
     pytest.importorskip("skimage")
     from PIL import Image
@@ -200,13 +202,59 @@ def test_the_noise_matches_liberoplus_own_corruptions(monkeypatch):
         np.random.seed(5)
         expected = function(Image.fromarray(picture), (level - 1) % 10 + 1).astype(np.uint8)
         assert np.array_equal(plus.corrupt(picture, level, np.random.RandomState(5)), expected), level
+
+
+MOTION_BLUR = pathlib.Path(__file__).parent / "data" / "imagemagick_motion_blur.npz"
+
+
+def imagemagick_motion_blur() -> dict[str, np.ndarray]:
+    """LIBERO-Plus's own motion blur (ImageMagick through Wand) of a fixed 24 px image at each of its 10 severities,
+    angles drawn after ``np.random.seed(5)``; needs Wand and libmagickwand (``apt-get install
+    libmagickwand-6.q16-6 && pip install Wand``). ``python tests/test_libero_plus.py`` writes it to MOTION_BLUR."""
+    from PIL import Image
+
+    from vla_gym.backends.libero import plus
+
+    plus.import_liberoplus()
+    import wand.image  # noqa: F401 - ImageMagick's library loads (before the stand-ins would replace it)
+
+    with plus._stand_ins_for_unused_imports():
+        from liberoplus.liberoplus.envs import env_wrapper as theirs
+    image = (np.random.RandomState(1).rand(24, 24, 3) * 255).astype(np.uint8)
+    arrays = {"image": image}
+    fromstring = getattr(np, "fromstring", None)
+    np.fromstring = np.frombuffer  # removed in NumPy 2; their decode reads the same bytes
     try:
-        import wand.image  # noqa: F401 - ImageMagick's library loads
+        for severity in range(1, 11):
+            np.random.seed(5)
+            arrays[f"severity_{severity}"] = np.asarray(theirs.motion_blur(Image.fromarray(image), severity), np.uint8)
+    finally:
+        if fromstring is None:
+            del np.fromstring
+        else:
+            np.fromstring = fromstring
+    return arrays
+
+
+def test_motion_blur_equals_imagemagicks_pixel_for_pixel():
+    """vla_gym's NumPy motion blur against ImageMagick's (what LIBERO-Plus calls through Wand) at every severity:
+    against the arrays ImageMagick 6.9.11 (Debian 12, Q16) wrote, and against the live library where installed."""
+    from vla_gym.backends.libero import plus
+
+    with np.load(MOTION_BLUR) as recorded:
+        expected = {name: recorded[name] for name in recorded.files}
+    try:
+        import wand.image  # noqa: F401
     except ImportError:
-        return
-    np.random.seed(5)
-    expected = theirs.motion_blur(Image.fromarray(small), 4)
-    assert np.abs(plus.corrupt(small, 4, np.random.RandomState(5)).astype(int) - expected).max() <= 1
+        pass
+    else:
+        if importlib.util.find_spec("liberoplus") is not None:
+            live = imagemagick_motion_blur()
+            assert all(np.array_equal(live[name], expected[name]) for name in expected)
+    for severity in range(1, 11):
+        level = severity  # noise levels 1-10 are motion blur at severity 1-10
+        blurred = plus.corrupt(expected["image"], level, np.random.RandomState(5))
+        assert np.array_equal(blurred, expected[f"severity_{severity}"]), severity
 
 
 def test_the_argument_and_the_id_make_the_same_env_without_building_a_scene():
@@ -382,3 +430,9 @@ def test_eval_ood_libero_plus_adds_a_row_per_dimension(tmp_path, capsys):
     assert len(episodes) == 1 and episodes[0]["spec"]["init_state_id"] == 0
     assert "Not evaluated (no variant buildable with the assets here): plus_light, plus_background" in \
         (out / "ood.md").read_text()
+
+
+if __name__ == "__main__":  # record ImageMagick's motion blur (where Wand and libmagickwand are installed)
+    MOTION_BLUR.parent.mkdir(exist_ok=True)
+    np.savez_compressed(MOTION_BLUR, **imagemagick_motion_blur())
+    print(f"wrote {MOTION_BLUR}")
