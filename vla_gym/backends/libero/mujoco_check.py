@@ -1,15 +1,15 @@
-"""Warn once per process when LIBERO runs on a MuJoCo version the physics canary has not passed.
+"""Warn once per process when LIBERO runs on a MuJoCo version the canary has not passed.
 
 LIBERO's success rates move with the MuJoCo version (docs/evaluation.md, "Which MuJoCo"). The versions on which
-``vla-gym canary`` replayed every LIBERO fingerprint without a drift or a flipped success are listed in
+``vla-gym canary`` replayed every fingerprint without a drift, a flipped success or changed frames are listed in
 ``vla_gym.assets/canary/passed_mujoco.json``, written by ``scripts/measure_mujoco_versions.py``:
 
-    >>> "3.17.0" in passed_versions()
+    >>> "3.3.0" in passed_versions()
     True
-    >>> unchecked_mujoco_message("3.17.0") is None
+    >>> unchecked_mujoco_message("3.3.0") is None
     True
     >>> print(unchecked_mujoco_message("9.9.9"))            # doctest: +ELLIPSIS
-    LIBERO runs on MuJoCo 9.9.9, which the physics canary has not passed (passed: ...): success rates may differ ...
+    LIBERO runs on MuJoCo 9.9.9, which the canary has not passed (passed: ...): success rates may differ ...
 """
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ ASSET = ("canary", "passed_mujoco.json")
 
 
 class UncheckedSimulatorWarning(UserWarning):
-    """The simulator's version is not one the physics canary passed; results may not match published ones."""
+    """The simulator's version is not one the canary passed; results may not match published ones."""
 
 
 @functools.cache
 def passed_versions() -> tuple[str, ...]:
-    """MuJoCo versions on which every LIBERO canary case replayed without DRIFT or FLIP."""
+    """MuJoCo versions on which every canary case replayed without DRIFT, FLIP or RENDER."""
     asset = resources.files("vla_gym.assets").joinpath(*ASSET)
     return tuple(json.loads(asset.read_text())["passed"])
 
@@ -37,7 +37,7 @@ def unchecked_mujoco_message(version: str) -> str | None:
     passed = passed_versions()
     if version in passed:
         return None
-    return (f"LIBERO runs on MuJoCo {version}, which the physics canary has not passed (passed: {', '.join(passed)}): "
+    return (f"LIBERO runs on MuJoCo {version}, which the canary has not passed (passed: {', '.join(passed)}): "
             f"success rates may differ from those measured on a passed version. Run `vla-gym canary` to see how far "
             f"this install drifts, or install a passed one: pip install mujoco=={passed[-1]}")
 
