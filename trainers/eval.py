@@ -50,6 +50,7 @@ from vla_gym.runtime.cli_args import (
     parser_with_examples,
 )
 from vla_gym.runtime.receipt import camera_contract, receipt
+from vla_gym.trainers.evaluation.episode_log import EpisodeLog
 from vla_gym.trainers.evaluation.ood import (
     LIBERO_PLUS_SAMPLE,
     libero_plus_rows,
@@ -294,11 +295,20 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
     summary on the main rank (None elsewhere). ``contract``: the checkpoint's, checked against the env first
     (:class:`~vla_gym.trainers.runtime.contract.ContractError` naming the fix)."""
     wrappers = env_cfg.wrappers  # the receipt's: without the recorder
+    # a killed evaluation of the same plan resumes: its finished episodes (and their recordings) are kept
+    plan = {**report_settings(args, dist.world_size), "env": {"id": env_cfg.id, "kwargs": {**env_cfg.kwargs, **kwargs},
+                                                              "wrappers": wrappers},
+            "num_envs": args.num_envs, "video_episodes": video_episodes, "record_dataset": args.record_dataset,
+            "successes_only": args.successes_only, "specs": None if specs is None else [dataclasses.asdict(s) for s in specs]}
+    resume = EpisodeLog.matches(out / "partial", plan)
+    dist.barrier()  # every rank has read the plan before the main one may start afresh
+    log = EpisodeLog.open(out / "partial", plan, dist.rank, reset=not resume) if dist.is_main else None
     staging = pathlib.Path(args.record_dataset) / ".staging" if args.record_dataset else None
+    if staging is not None and dist.is_main and not resume:
+        shutil.rmtree(staging, ignore_errors=True)  # a killed recording of another plan
+    dist.barrier()
+    log = log or EpisodeLog.open(out / "partial", plan, dist.rank, reset=False)
     if staging is not None:
-        if dist.is_main:
-            shutil.rmtree(staging, ignore_errors=True)  # a killed recording's episodes
-        dist.barrier()
         env_cfg = dataclasses.replace(env_cfg, wrappers=recording_wrappers(staging, env_cfg.wrappers,
                                                                            successes_only=args.successes_only))
     envs = make_envs(env_cfg, args.num_envs, kwargs=kwargs)
@@ -313,9 +323,16 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
             specs = suite_specs(envs, args.episodes_per_task, args.tasks, seed=args.seed,
                                 first_init_state=args.first_init_state)
         mine = specs[dist.rank::dist.world_size]
+        if log.results:
+            print(f"eval.py: resuming: {len(log.results)} of this process's {len(mine)} episodes were played "
+                  f"({log.path})", flush=True)
         video_dir = out / "videos" if dist.is_main and video_episodes else None
-        results = EpisodeRunner(envs, policy).run(mine, deterministic=not args.stochastic, video_dir=video_dir,
-                                                  video_episodes=video_episodes)
+        # sampled actions: each episode's generator is drawn from this seed (and the rank), so a sampled report
+        # plays the same noise again (a replay, a resumed run) with the same number of processes
+        torch.manual_seed(args.seed * 65537 + dist.rank)
+        EpisodeRunner(envs, policy).run(mine, deterministic=not args.stochastic, video_dir=video_dir,
+                                        video_episodes=video_episodes, skip=log.done(), on_result=log.append)
+        results = [log.results[k] for k in sorted(log.results)]
         gathered = [r for part in dist.gather_objects(results) for r in part]
         if not dist.is_main:
             return None
@@ -336,6 +353,7 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
                                             if env_cfg.id.startswith("VLA/") else None)
             print(f"dataset: {args.record_dataset} ({written['episodes']} episodes, {written['frames']} frames; "
                   f"sft.dataset={args.record_dataset})")
+        log.remove()  # the report (and dataset) are written: a rerun evaluates afresh
         for result in results:
             if result.video:
                 print(f"video: {result.video}")

@@ -43,7 +43,7 @@ from __future__ import annotations
 import collections
 import os
 import pathlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -129,19 +129,23 @@ class EpisodeRunner:
         self, specs: Sequence[EpisodeSpec], deterministic: bool = True, recorder: Recorder | None = None,
         video_dir: str | os.PathLike | None = None, video_episodes: int = 0, video_prefix: str = "episode",
         on_step: StepObserver | None = None, act_kwargs: dict[str, Any] | None = None,
-        replay_faults: bool | None = None,
+        replay_faults: bool | None = None, skip: Collection[int] = (),
+        on_result: Callable[[EpisodeResult], None] | None = None,
     ) -> list[EpisodeResult]:
         """Play every spec once; results in spec order. ``act_kwargs``: extra keywords of ``policy.act`` (GRPO's
         ``per_dim`` / ``executed``). ``replay_faults``: play an episode cut by a failed env worker again (default:
-        unless a ``recorder`` or ``on_step`` watches the steps; module docstring)."""
-        if not specs:  # e.g. a rank whose share of too few evaluation episodes is none
+        unless a ``recorder`` or ``on_step`` watches the steps; module docstring). ``skip``: indices of specs not to
+        play (played before: a resumed evaluation); the others keep their index and sampling generator.
+        ``on_result``: called with each result as its episode ends."""
+        todo = [k for k in range(len(specs)) if k not in set(skip)]
+        if not todo:  # e.g. a rank whose share of too few evaluation episodes is none
             return []
         if replay_faults is None:
             replay_faults = recorder is None and on_step is None
         replays = collections.Counter()  # spec index -> plays cut by a fault so far
         act_kwargs = dict(act_kwargs or {})
         n = self.num_envs
-        queue = TaskAffinityQueue(specs)
+        queue = TaskAffinityQueue(specs, todo)
         job = np.full(n, -1)
         counter = EpisodeCounter(n, self.mode)
         frames: dict[int, list[np.ndarray]] = {}
@@ -159,7 +163,7 @@ class EpisodeRunner:
             if first:  # every env needs a first reset, idle ones included: on a task they have (no rebuild)
                 for i in range(n):
                     if i not in chosen:
-                        task = self.loaded_tasks[i] if self.loaded_tasks[i] is not None else specs[0].task_id
+                        task = self.loaded_tasks[i] if self.loaded_tasks[i] is not None else specs[todo[0]].task_id
                         chosen[i] = EpisodeSpec(task_id=task)
             if not chosen:
                 return obs_np
@@ -226,6 +230,8 @@ class EpisodeRunner:
                     else:
                         results[k] = self._result(ended[i], k, specs[k], frames.pop(k, None), video_dir, video_prefix,
                                                   instructions.pop(k), replays[k])
+                        if on_result is not None:
+                            on_result(results[k])
                     job[i] = -1
                     freed.append(i)
             if freed and queue:

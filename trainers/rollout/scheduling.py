@@ -30,10 +30,10 @@ class TaskAffinityQueue:
     without a task form one first-in-first-out queue.
     """
 
-    def __init__(self, specs: Sequence[EpisodeSpec]):
+    def __init__(self, specs: Sequence[EpisodeSpec], indices: Sequence[int] | None = None):
         self.pending: dict[int | None, collections.deque] = {}
-        for index, spec in enumerate(specs):
-            self.pending.setdefault(spec.task_id, collections.deque()).append(index)
+        for index in range(len(specs)) if indices is None else indices:  # indices: only these episodes
+            self.pending.setdefault(specs[index].task_id, collections.deque()).append(index)
         self.working: collections.Counter = collections.Counter()
 
     def __bool__(self) -> bool:

@@ -1,0 +1,67 @@
+"""A killed ``trainers/eval.py`` resumes (trainers/evaluation/episode_log.py): SIGKILL it after some episodes, run the
+same command again, and it plays only the rest; the report equals an uninterrupted run's, greedy and sampled."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from vla_gym.trainers import PPO
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    model = PPO("mlp", "Pendulum-v1", num_envs=1, n_steps=16, batch_size=16, n_epochs=1)
+    path = model.save(tmp_path_factory.mktemp("pendulum") / "pendulum.pt")
+    model.close()
+    return path
+
+
+def command(checkpoint: pathlib.Path, out: pathlib.Path, *extra: str) -> list[str]:
+    return [sys.executable, "trainers/eval.py", "--checkpoint", str(checkpoint), "--episodes-per-task", "24",
+            "--out", str(out), *extra]
+
+
+def outcomes(out: pathlib.Path) -> list[tuple]:
+    episodes = json.loads((out / "eval.json").read_text())["episodes"]
+    return [(e["spec"]["seed"], e["length"], round(e["episode_return"], 6)) for e in episodes]
+
+
+@pytest.mark.parametrize("mode", [[], ["--stochastic"]], ids=["greedy", "sampled"])
+def test_a_killed_evaluation_resumes_where_it_stopped(checkpoint, tmp_path, mode):
+    whole = subprocess.run(command(checkpoint, tmp_path / "whole", *mode), cwd=ROOT, capture_output=True, text=True,
+                           timeout=300, check=False)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    assert not (tmp_path / "whole" / "partial").exists()  # the log goes once the report is written
+
+    out = tmp_path / "killed"
+    log = out / "partial" / "rank0.jsonl"
+    process = subprocess.Popen(command(checkpoint, out, *mode), cwd=ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None:
+        if log.is_file() and len(log.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    played = len(log.read_text().splitlines())
+    assert 3 <= played < 24 and not (out / "eval.json").exists(), played
+
+    again = subprocess.run(command(checkpoint, out, *mode), cwd=ROOT, capture_output=True, text=True, timeout=300,
+                           check=False)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming: {played} of this process's 24 episodes were played" in again.stdout
+    assert outcomes(out) == outcomes(tmp_path / "whole")
+
+    other = subprocess.run(command(checkpoint, out, *mode, "--seed", "1"), cwd=ROOT, capture_output=True, text=True,
+                           timeout=300, check=False)  # another plan: evaluated afresh
+    assert other.returncode == 0 and "resuming" not in other.stdout
