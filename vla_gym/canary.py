@@ -467,6 +467,24 @@ def rebase(path: str | pathlib.Path, log: Callable[[str], None] = print) -> dict
     return meta
 
 
+def drop_cases(path: str | pathlib.Path, keys: Sequence[str], reason: str) -> dict:
+    """Move the cases ``keys`` of the fingerprints at ``path`` to ``left_out`` with ``reason`` (e.g. one that a
+    rebased reference made too sensitive to +-1e-6 on its actions); the others stay as recorded."""
+    path = pathlib.Path(path)
+    meta, arrays = load(path)
+    unknown = sorted(set(keys) - {case["key"] for case in meta["cases"]})
+    if unknown:
+        raise CanaryError(f"no such case: {', '.join(unknown)}")
+    dropped = [case for case in meta["cases"] if case["key"] in keys]
+    meta["cases"] = [case for case in meta["cases"] if case["key"] not in keys]
+    meta["left_out"] += [{"suite": c["suite"], "task_id": c["task_id"], "task": c["task"], "reason": f"{c['key']}: {reason}"}
+                         for c in dropped]
+    arrays = {name: array for name, array in arrays.items() if name.rsplit(".", 1)[0] not in keys}
+    path.write_text(json.dumps(meta, indent=1) + "\n")
+    np.savez_compressed(path.with_suffix(".npz"), **arrays)
+    return meta
+
+
 def merge_other_suites(meta: dict, arrays: dict[str, np.ndarray], old_meta: dict, old_arrays: dict[str, np.ndarray],
                        suites: Sequence[str]) -> None:
     """Add to a new recording of ``suites`` the other suites' cases of an older one, in :data:`SUITES` order.
@@ -700,4 +718,4 @@ def main(args: argparse.Namespace) -> int:
 
 __all__ = ["SUITES", "STRIDE", "TOLERANCE_M", "RENDER_TOLERANCE", "Case", "Result", "Trace", "add_arguments", "check",
            "compare", "drifts", "load", "main", "merge_other_suites", "path_drift", "perturb_actions", "play", "pooled",
-           "rebase", "record", "render_drift", "sample_indices", "select", "versions"]
+           "drop_cases", "rebase", "record", "render_drift", "sample_indices", "select", "versions"]
