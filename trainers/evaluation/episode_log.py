@@ -38,8 +38,8 @@ PLAN = "plan.json"
 class EpisodeLog:
     """The finished episodes of one process of one evaluation (module docstring)."""
 
-    def __init__(self, path: pathlib.Path, results: dict[int, EpisodeResult]):
-        self.path, self.results = path, results
+    def __init__(self, path: pathlib.Path, plan: dict[str, Any], results: dict[int, EpisodeResult]):
+        self.path, self.plan, self.results = path, plan, results
 
     @staticmethod
     def matches(directory: str | pathlib.Path, plan: dict[str, Any]) -> bool:
@@ -52,13 +52,12 @@ class EpisodeLog:
 
     @classmethod
     def open(cls, directory: str | pathlib.Path, plan: dict[str, Any], rank: int, reset: bool) -> EpisodeLog:
-        """The log of process ``rank``; ``reset`` (the main process, when the plan differs) clears the folder and
-        writes the plan first (call it before the other processes open theirs)."""
+        """The log of process ``rank``; ``reset`` (the main process, when the plan differs) clears the folder first
+        (call it before the other processes open theirs). Nothing is written before the first episode ends, so an
+        evaluation that fails to start leaves nothing behind."""
         directory = pathlib.Path(directory)
         if reset:
             shutil.rmtree(directory, ignore_errors=True)
-            directory.mkdir(parents=True)
-            atomic_write_text(directory / PLAN, json.dumps(plan, indent=1))
         path = directory / f"rank{rank}.jsonl"
         results = {}
         if path.is_file():
@@ -68,7 +67,7 @@ class EpisodeLog:
                 except (ValueError, TypeError, KeyError):
                     continue  # a line cut by a kill
                 results[result.index] = result
-        return cls(path, results)
+        return cls(path, plan, results)
 
     def done(self) -> set[int]:
         """Indices of the episodes already played."""
@@ -77,6 +76,9 @@ class EpisodeLog:
     def append(self, result: EpisodeResult) -> None:
         """Log one finished episode (a line, flushed to the OS before the next episode goes on)."""
         self.results[result.index] = result
+        if not (self.path.parent / PLAN).is_file():  # every process writes the same plan, atomically
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.path.parent / PLAN, json.dumps(self.plan, indent=1))
         with self.path.open("a") as stream:
             stream.write(json.dumps(result_to_dict(result)) + "\n")
 
