@@ -137,7 +137,8 @@ class EpisodeRunner:
         unless a ``recorder`` or ``on_step`` watches the steps; module docstring). ``skip``: indices of specs not to
         play (played before: a resumed evaluation); the others keep their index and sampling generator.
         ``on_result``: called with each result as its episode ends."""
-        todo = [k for k in range(len(specs)) if k not in set(skip)]
+        skipped = set(skip)
+        todo = [k for k in range(len(specs)) if k not in skipped]
         if not todo:  # e.g. a rank whose share of too few evaluation episodes is none
             return []
         if replay_faults is None:

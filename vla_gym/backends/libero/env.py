@@ -136,7 +136,6 @@ class LiberoBackend(Backend):
         self._benchmark_module, self._env_class = import_libero()
         #: how textures are decoded (vla_gym.backends.mujoco_textures): ``linear`` is LIBERO's look on every MuJoCo
         self.texture_colorspace = check_colorspace(texture_colorspace)
-        self.texture_look = effective_colorspace(texture_colorspace)
         warn_if_unchecked_mujoco()  # once per process: results on other MuJoCo versions may differ
         self._benchmarks: dict = {}
         self._env = None
@@ -192,6 +191,11 @@ class LiberoBackend(Backend):
         release_freed_memory()  # the old scene and the compiler's temporaries: ~0.6 GB of RSS otherwise kept
         self.scene_loads += 1
         self.scene_load_seconds += time.perf_counter() - started
+
+    @property
+    def texture_look(self) -> str:
+        """How the textures look as rendered on this MuJoCo (``linear`` or ``auto``): what a checkpoint records."""
+        return effective_colorspace(self.texture_colorspace)
 
     def _apply_texture_colorspace(self) -> None:
         """Decode the scene's textures as :attr:`texture_colorspace` (MuJoCo >= 3.3.3 would decode LIBERO's as sRGB)."""
