@@ -285,3 +285,33 @@ def mujoco_version() -> str:
     import mujoco
 
     return mujoco.__version__
+
+
+def test_rebase_records_the_same_cases_again_and_drop_leaves_one_out_with_its_reason(shipped, tmp_path):
+    """record_canary.py --rebase replays the cases' recorded actions under this install and writes what it does
+    (here the reference itself: the shipped positions back after they were spoiled); --drop moves a case to
+    left_out with the reason given."""
+    pytest.importorskip("mani_skill")
+    meta, arrays = shipped
+    keep = [case for case in canary.select(meta, ["maniskill"])][:2]
+    keys = {case["key"] for case in keep}
+    small = {**meta, "cases": keep, "left_out": []}
+    out = tmp_path / "fingerprints.json"
+    out.write_text(json.dumps(small))
+    spoiled = {name: array + 1.0 if name.endswith(".robot") else array
+               for name, array in arrays.items() if name.rsplit(".", 1)[0] in keys}
+    np.savez(out.with_suffix(".npz"), **spoiled)
+    script = [sys.executable, "scripts/record_canary.py", "--out", str(out)]
+    done = subprocess.run(script + ["--rebase"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rebased, again = canary.load(out)
+    assert rebased["rebased"]["from"] == meta["reference"] and [c["key"] for c in rebased["cases"]] == [c["key"] for c in keep]
+    for key in keys:
+        np.testing.assert_array_equal(again[f"{key}.robot"], arrays[f"{key}.robot"])
+    first = keep[0]["key"]
+    done = subprocess.run(script + ["--drop", first, "--why", "too sensitive"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    dropped, left = canary.load(out)
+    assert [c["key"] for c in dropped["cases"]] == [keep[1]["key"]] and not any(n.startswith(first + ".") for n in left)
+    assert dropped["left_out"][-1]["reason"] == f"{first}: too sensitive"

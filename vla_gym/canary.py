@@ -447,15 +447,13 @@ def rebase(path: str | pathlib.Path, log: Callable[[str], None] = print) -> dict
     for env_id in dict.fromkeys(c["env_id"] for c in meta["cases"]):
         env = make_env(env_id)
         try:
-            for recorded in (c for c in meta["cases"] if c["env_id"] == env_id):
-                case = Case(recorded["suite"], env_id, recorded["task_id"], recorded["task"],
-                            recorded["init_state_id"], recorded["seed"])
-                trace = play(env, case, actions=arrays[f"{case.key}.actions"], stride=meta["stride"])
+            group = [c for c in meta["cases"] if c["env_id"] == env_id]
+            for recorded, trace in replays(env, group, arrays, meta["stride"]):
                 before = (recorded["success"], recorded["length"])
                 recorded.update(success=trace.success, length=trace.length)
-                arrays.update(trace_arrays(case.key, trace))
-                log(f"{case.key}  {case.task}: success {before[0]} -> {trace.success}, first at {before[1]} -> "
-                    f"{trace.length}")
+                arrays.update(trace_arrays(recorded["key"], trace))
+                log(f"{recorded['key']}  {recorded['task']}: success {before[0]} -> {trace.success}, first at "
+                    f"{before[1]} -> {trace.length}")
         finally:
             env.close()
     meta.update(reference=versions(), recorded=time.strftime("%Y-%m-%d"), frames=frame_settings(),
@@ -575,15 +573,20 @@ def check(meta: dict, arrays: dict[str, np.ndarray], cases: Sequence[dict], tole
             results += skipped
             continue
         try:
-            for recorded in group:
-                case = Case(recorded["suite"], env_id, recorded["task_id"], recorded["task"],
-                            recorded["init_state_id"], recorded["seed"])
-                trace = play(env, case, actions=arrays[f"{recorded['key']}.actions"], stride=meta["stride"])
+            for recorded, trace in replays(env, group, arrays, meta["stride"]):
                 results.append(compare(recorded, arrays, trace, tolerance, render_tolerance))
                 on_result(results[-1])
         finally:
             env.close()
     return results
+
+
+def replays(env, cases: Sequence[dict], arrays: dict[str, np.ndarray], stride: int):
+    """(recorded case, :class:`Trace`) of each of ``cases`` (of one env id) replayed open loop in ``env``."""
+    for recorded in cases:
+        case = Case(recorded["suite"], recorded["env_id"], recorded["task_id"], recorded["task"],
+                    recorded["init_state_id"], recorded["seed"])
+        yield recorded, play(env, case, actions=arrays[f"{case.key}.actions"], stride=stride)
 
 
 def _skipped(recorded: dict, reason: str) -> Result:
