@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from vla_gym.runtime.receipt import camera_contract, file_sha256, package_versions, receipt, version_differences
-from vla_gym.trainers.evaluation.replay import ReplayError, load_replay
+from vla_gym.trainers.evaluation.replay import ReplayError, failed_starts, load_replay
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SFT = ROOT / "docs/results/checkpoints/libero_object_seed0_sft.pt"  # saw MuJoCo 3.17's darker frames: --allow-render-shift
@@ -96,6 +96,34 @@ def test_a_libero_report_replays_bit_for_bit_and_a_changed_outcome_is_named(tmp_
     assert moved.returncode == 1
     assert "episode 1 (pick_up_the" in moved.stdout and "length 3 -> 24" in moved.stdout
     assert "1 of 2 episodes as reported" in moved.stdout
+
+    # --only-failed-in: of the selected starts, only those the report failed, each with its seed in the full plan
+    episodes[0]["success"], episodes[1]["success"] = True, False
+    report["episodes"] = episodes
+    (out / "eval.json").write_text(json.dumps(report))
+    failed = run_eval("--checkpoint", str(SFT), "--allow-render-shift", "--tasks", "1", "--init-states", "0-1",
+                      "--only-failed-in", str(out / "eval.json"), "--out", str(tmp_path / "failed"),
+                      "env.kwargs.max_episode_steps=24")
+    assert failed.returncode == 0, failed.stderr[-3000:]
+    played = json.loads((tmp_path / "failed" / "eval.json").read_text())
+    assert [e["spec"] for e in played["episodes"]] == [{"seed": 1, "task_id": 1, "init_state_id": 1}]
+    assert played["settings"]["only_failed_in"] == [[1, 1]]
+
+
+@pytest.mark.quick
+def test_failed_starts_are_the_pairs_with_no_success(tmp_path):
+    """A (task, init state) played twice counts as solved when either play succeeded; a file without episodes is
+    refused with the fix."""
+    def episode(task, init, success):
+        return {"spec": {"seed": 0, "task_id": task, "init_state_id": init}, "success": success}
+
+    report = tmp_path / "eval.json"
+    report.write_text(json.dumps({"episodes": [episode(0, 0, False), episode(0, 0, True), episode(0, 1, False),
+                                               episode(1, 0, None)]}))
+    assert failed_starts(report) == {(0, 1), (1, 0)}
+    report.write_text(json.dumps({"rows": []}))
+    with pytest.raises(ReplayError, match="lists no episodes"):
+        failed_starts(report)
 
 
 @pytest.mark.quick

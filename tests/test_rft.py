@@ -1,8 +1,9 @@
 """trainers/rft.py (rejection-sampling fine-tuning) in short form on real LIBERO: an SFT from a dataset given twice
 (``sft.dataset=A,A``, the several-datasets path), then one RFT round (sample with noise, keep successes, fit from
-the sampling policy with ``--fit continue``, evaluate, keeping the greedy evaluations' successes too), a second
-round that samples nothing (``--samples-per-start 0``: the greedy evaluations' successes are its data), then the
-same command again, which finds every step's output and plays nothing.
+the sampling policy with ``--fit continue``, evaluate, keeping the greedy evaluations' successes too and sampling
+only where the greedy evaluation failed), a second round that samples nothing (``--samples-per-start 0``: the greedy
+evaluations' successes are its data), then the same command again, which finds every step's output and plays
+nothing.
 
 The 8-step episodes never succeed, so the round fits the demos alone; keeping and cloning successes is
 tests/test_rollout_dataset.py's (``--record-dataset --successes-only``) and tests/test_demos_dataset.py's (several
@@ -45,7 +46,7 @@ def test_rft_round_runs_in_short_form_and_resumes(tmp_path):
     command = [*executable("python"), "trainers/rft.py", "--sft-config", str(CONFIG), "--demos", str(demos),
                "--init-checkpoint", str(tmp_path / "sft0" / "final.pt"), "--out", str(tmp_path / "rft"),
                "--rounds", "1", "--samples-per-start", "1", "--tasks", "0", "--init-states", "0", "--num-envs", "1",
-               "--sync", "--fit", "continue", "--keep-greedy-successes", "--seed", "1", *SHORT]
+               "--sync", "--fit", "continue", "--keep-greedy-successes", "--sample-failed-only", "--seed", "1", *SHORT]
     first = subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=900,
                            check=False)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
@@ -62,6 +63,8 @@ def test_rft_round_runs_in_short_form_and_resumes(tmp_path):
     settings = json.loads((out / "round_1" / "sample_1" / "eval.json").read_text())["settings"]
     # --seed 1: round 1's sample 1 plays seed 100,000 * 1 + 1000 * 1 + 1
     assert settings["deterministic"] is False and settings["std"] == 0.05 and settings["seed"] == 101001
+    # --sample-failed-only: the sampling plays the starts round 0's greedy evaluation failed (here all)
+    assert f"--only-failed-in {out}/round_0/eval/eval.json" in first.stdout and settings["only_failed_in"] == [[0, 0]]
     # --keep-greedy-successes: the greedy evaluations record their successes (none here), but the last round's
     recording = "--out {out}/round_{r}/eval --record-dataset {out}/round_{r}/eval_rollouts --successes-only"
     assert recording.format(out=out, r=0) in first.stdout and recording.format(out=out, r=1) not in first.stdout

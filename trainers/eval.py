@@ -60,7 +60,13 @@ from vla_gym.trainers.evaluation.ood import (
     parse_rows,
     run_ood,
 )
-from vla_gym.trainers.evaluation.replay import ReplayError, ReplayPlan, load_replay, replay_differences
+from vla_gym.trainers.evaluation.replay import (
+    ReplayError,
+    ReplayPlan,
+    failed_starts,
+    load_replay,
+    replay_differences,
+)
 from vla_gym.trainers.evaluation.report import markdown_table, write_report
 from vla_gym.trainers.evaluation.rollout_dataset import (
     EmptyDatasetError,
@@ -98,6 +104,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_tasks(parser)
     add_init_states(parser, "initial states of each task (default: all; e.g. 40-49, states no demo used)")
     add_legacy_first_init_state(parser)
+    parser.add_argument("--only-failed-in", metavar="EVAL_JSON",
+                        help="of the selected episodes, play only the (task, init state) pairs that failed in this "
+                             "report (e.g. sample where the greedy policy fails)")
     parser.add_argument("--video-episodes", type=int, default=None,
                         help="record videos of the first N episodes (default 0; with --ood 1 per row)")
     parser.add_argument("--ood", nargs="?", const="all", default=None, metavar="KIND[=STRENGTH],...",
@@ -143,8 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         except ReplayError as exc:
             print(f"--replay: {exc}", file=sys.stderr)
             return 2
-        if args.ood is not None or args.stochastic or args.std is not None or args.noise is not None:
-            print("--replay plays the report's own episodes and settings: drop --ood/--stochastic/--std/--noise",
+        if (args.ood is not None or args.stochastic or args.std is not None or args.noise is not None
+                or args.only_failed_in):
+            print("--replay plays the report's own episodes and settings: drop "
+                  "--ood/--stochastic/--std/--noise/--only-failed-in",
                   file=sys.stderr)
             return 2
         settings = plan.settings
@@ -162,6 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.record_dataset and args.ood is not None:
         print("trainers/eval.py: --record-dataset records one evaluation: drop --ood", file=sys.stderr)
         return 2
+    if args.only_failed_in and args.ood is not None:
+        print("trainers/eval.py: --only-failed-in selects episodes of one evaluation: drop --ood", file=sys.stderr)
+        return 2
+    if args.only_failed_in:
+        try:
+            args.only_failed_in = failed_starts(args.only_failed_in)
+        except ReplayError as exc:
+            print(f"--only-failed-in: {exc}", file=sys.stderr)
+            return 2
     if (args.std is not None or args.noise is not None) and not args.stochastic:
         print("trainers/eval.py: --std and --noise set how actions are sampled: add --stochastic", file=sys.stderr)
         return 2
@@ -295,11 +315,13 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
     summary on the main rank (None elsewhere). ``contract``: the checkpoint's, checked against the env first
     (:class:`~vla_gym.trainers.runtime.contract.ContractError` naming the fix)."""
     wrappers = env_cfg.wrappers  # the receipt's: without the recorder
+    only_failed = None if args.only_failed_in is None else sorted(map(list, args.only_failed_in), key=str)
     # a killed evaluation of the same plan resumes: its finished episodes (and their recordings) are kept
     plan = {**report_settings(args, dist.world_size), "env": {"id": env_cfg.id, "kwargs": {**env_cfg.kwargs, **kwargs},
                                                               "wrappers": wrappers},
             "num_envs": args.num_envs, "video_episodes": video_episodes, "record_dataset": args.record_dataset,
-            "successes_only": args.successes_only, "specs": None if specs is None else [dataclasses.asdict(s) for s in specs]}
+            "successes_only": args.successes_only, "specs": None if specs is None else [dataclasses.asdict(s) for s in specs],
+            "only_failed_in": only_failed}
     resume = EpisodeLog.matches(out / "partial", plan)
     dist.barrier()  # every rank has read the plan before the main one may start afresh
     log = EpisodeLog.open(out / "partial", plan, dist.rank, reset=not resume) if dist.is_main else None
@@ -322,6 +344,11 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
         if specs is None:
             specs = suite_specs(envs, args.episodes_per_task, args.tasks, seed=args.seed,
                                 first_init_state=args.first_init_state)
+            if args.only_failed_in is not None:  # each kept episode keeps the seed it has in the full plan
+                specs = [s for s in specs if (s.task_id, s.init_state_id) in args.only_failed_in]
+                if not specs:
+                    raise SystemExit("trainers/eval.py: --only-failed-in: every selected (task, init state) "
+                                     "succeeded in that report: nothing to play")
         mine = specs[dist.rank::dist.world_size]
         if log.results:
             print(f"eval.py: resuming: {len(log.results)} of this process's {len(mine)} episodes were played "
@@ -342,7 +369,7 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
         stamp["env"]["wrappers"] = wrappers
         settings = {"checkpoint": str(args.checkpoint), "deterministic": not args.stochastic, "std": args.std,
                     "noise": args.noise, "seed": args.seed, "num_envs": args.num_envs, "processes": dist.world_size,
-                    "render_shift": waived}
+                    "render_shift": waived, "only_failed_in": only_failed}
         summary = write_report(gathered, out, header=f"{header} ({len(gathered)} episodes)", receipt=stamp,
                                settings=settings)
         print(markdown_table(summary), end="")

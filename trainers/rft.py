@@ -18,6 +18,11 @@ Each round is three product commands, run one after the other:
    round fits them too: the greedy policy's own successes come for free, as one more sample per start
    (``--samples-per-start 0``: the only one; the round's ``env_steps`` count that evaluation's steps).
 
+With ``--sample-failed-only`` step 1 plays only the starts the current policy failed in its last greedy
+evaluation (``eval.py --only-failed-in``): with ``--keep-greedy-successes`` every start then contributes one success
+when the policy has one, the solved ones from the greedy play and the failed ones from sampling (RIPT-VLA's skip of
+solved starts), and the sampling budget goes where the policy fails.
+
 The new policy samples the next round. With a 0/1 success reward this is the policy-improvement step that
 REINFORCE with a zero baseline takes, but fitted to convergence instead of one small on-policy step; it needs no
 critic, no ratio and no trust region (GRPO's group baseline only matters for the failed episodes, which RFT drops).
@@ -37,6 +42,7 @@ import time
 from typing import Any
 
 from vla_gym.runtime.cli_args import script_parser
+from vla_gym.trainers.evaluation.replay import failed_starts
 from vla_gym.trainers.runtime.results import write_results
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -117,7 +123,7 @@ class RFTRun:
         write_results(path, minutes)
 
     def evaluate(self, checkpoint: str, out: pathlib.Path, sampled_seed: int | None = None,
-                 record: pathlib.Path | None = None) -> dict[str, Any]:
+                 record: pathlib.Path | None = None, only_failed_in: pathlib.Path | None = None) -> dict[str, Any]:
         # played again when it must record now but was played without recording (the last round of a shorter run)
         unrecorded = sampled_seed is None and record is not None and not (out / "recorded").is_file()
         if not (out / "eval.json").is_file() or unrecorded:
@@ -126,6 +132,8 @@ class RFTRun:
                 command += ["--stochastic", "--std", str(self.args.std), "--noise", "step", "--seed", str(sampled_seed)]
             if record is not None:
                 command += ["--record-dataset", str(record), "--successes-only"]
+            if only_failed_in is not None:
+                command += ["--only-failed-in", str(only_failed_in)]
             # exit code 1 with --successes-only: no success to keep, the report is written all the same
             self.timed(out, command + self.starts, allowed=(0, 1) if record is not None else (0,))
             if record is not None:
@@ -150,14 +158,17 @@ class RFTRun:
         for r in range(1, args.rounds + 1):
             round_dir = self.out / f"round_{r}"
             ids = self.sample_ids(round_dir)
+            before = self.out / f"round_{r - 1}"
+            where = before / "eval" / "eval.json" if args.sample_failed_only else None
+            if where is not None and not failed_starts(where):
+                ids = []  # the current policy solves every start greedily: nothing to sample
             samples = [self.evaluate(current, round_dir / f"sample_{k}", sample_seed(args.seed, r, k),
-                                     round_dir / f"rollouts_{k}") for k in ids]
+                                     round_dir / f"rollouts_{k}", where) for k in ids]
             new = [self.out / f"round_{r - 1}" / "eval_rollouts", *(round_dir / f"rollouts_{k}" for k in ids)]
             datasets += [str(path) for path in new if (path / "meta" / "info.json").is_file()]
             current = self.fit(round_dir, datasets, current)
             datasets = fitted_datasets(round_dir)  # what the round's SFT was given (a resumed run may differ)
             # the previous greedy evaluation's successes, when this round fitted them, were one more sample
-            before = self.out / f"round_{r - 1}"
             kept_greedy = [played(before / "eval")] if str(before / "eval_rollouts") in datasets else []
             greedy = self.evaluate(current, round_dir / "eval",
                                    record=self.greedy_record(round_dir) if r < args.rounds else None)
@@ -213,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
                              "that sampled it (sft.init_checkpoint; pair it with a lower sft.learning_rate)")
     parser.add_argument("--keep-greedy-successes", action="store_true",
                         help="record each greedy evaluation's successes and fit them in the next round")
+    parser.add_argument("--sample-failed-only", action="store_true",
+                        help="sample only the starts the round's policy failed greedily (its last evaluation; "
+                             "eval.py --only-failed-in): pair it with --keep-greedy-successes, which keeps the rest")
     parser.add_argument("--seed", type=int, default=0,
                         help="training seed: each round's SFT fit (seed=N) and the sampled episodes' noise")
     parser.add_argument("--num-envs", type=int, default=2)

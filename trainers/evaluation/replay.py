@@ -72,6 +72,28 @@ def load_replay(path: str | os.PathLike) -> ReplayPlan:
     return ReplayPlan(report["receipt"], report.get("settings") or {}, report["episodes"])
 
 
+def failed_starts(path: str | os.PathLike) -> set[tuple[int | None, int | None]]:
+    """The (task id, init state id) pairs whose episodes all failed in a report (``eval.py --only-failed-in``: play
+    where the policy fails, skip what it solved; RIPT-VLA's filter of solved starts). ReplayError for a file that is
+    not a per-episode report.
+
+        >>> failed_starts("runs/eval_sft/eval.json")                                    # doctest: +SKIP
+        {(0, 3), (2, 0), ...}
+    """
+    try:
+        with open(path) as handle:
+            episodes = json.load(handle).get("episodes")
+    except (FileNotFoundError, json.JSONDecodeError) as exc:
+        raise ReplayError(f"cannot read {path} ({exc}): pass an eval.json that trainers/eval.py wrote") from exc
+    if not episodes:
+        raise ReplayError(f"{path} lists no episodes: pass an eval.json that trainers/eval.py wrote")
+    outcomes: dict[tuple[int | None, int | None], bool] = {}
+    for episode in episodes:
+        key = (episode["spec"].get("task_id"), episode["spec"].get("init_state_id"))
+        outcomes[key] = outcomes.get(key, False) or bool(episode.get("success"))
+    return {key for key, solved in outcomes.items() if not solved}
+
+
 def replay_differences(plan: ReplayPlan, receipt: dict[str, Any], episodes: list[dict[str, Any]]) -> list[str]:
     """Lines for the software that changed and for each episode whose success, length or return differs (same
     position in both reports: the replay plays the report's specs in order)."""
