@@ -384,6 +384,55 @@ def test_background_variant_builds_where_libero_has_its_textures():
         env.close()
 
 
+#: a child process that makes and resets a light variant from a LIBERO-Plus assets download set up as its README
+#: says (unzipped, $VLA_GYM_LIBERO_PLUS_ASSETS naming the folder) and the same base task, printing the mean
+#: brightness of both main-camera frames; a child, since LIBERO-Plus's loaders are pointed at import
+LIGHT_VARIANT = """
+import json, sys
+import gymnasium as gym
+import vla_gym
+from vla_gym.tasks import libero_plus
+plus = gym.make("VLA/LiberoSpatial-PlusLight-v0", image_size=64)
+base = gym.make("VLA/LiberoSpatial-v0", image_size=64)
+tasks = [t.name for t in plus.unwrapped.tasks]
+lit, _ = plus.reset(seed=0, options={"task_id": 0, "init_state_id": 0})
+own, _ = base.reset(seed=0, options={"task_id": 0, "init_state_id": 0})
+print(json.dumps({"tasks": tasks, "folder": str(libero_plus.asset_folder()),
+                  "lit": float(lit["images"]["main"].mean()), "own": float(own["images"]["main"].mean())}))
+"""
+
+
+def test_a_variant_builds_from_liberoplus_own_asset_download(tmp_path):
+    """The path a user takes after downloading LIBERO-Plus's assets.zip: its unzipped ``assets/`` (here LIBERO's own
+    files linked in, plus one light scene written like LIBERO-Plus's: the tabletop scene with dimmer lights, one
+    folder deeper) named by $VLA_GYM_LIBERO_PLUS_ASSETS. The light variant that needs that scene becomes the id's
+    one task and renders with its lights; LIBERO's base task is unchanged."""
+    pytest.importorskip("liberoplus")
+    import subprocess
+    import sys
+
+    own, assets = libero_plus._libero_assets(), tmp_path / "unzipped" / "assets"
+    (assets / "scenes" / "lights").mkdir(parents=True)
+    for entry in own.iterdir():
+        if entry.name != "scenes":
+            (assets / entry.name).symlink_to(entry)
+    for entry in (own / "scenes").iterdir():
+        (assets / "scenes" / entry.name).symlink_to(entry)
+    scene = (own / "scenes" / "libero_tabletop_base_style.xml").read_text()
+    dim = scene.replace('file="../', 'file="../../').replace('diffuse=".8 .8 .8"', 'diffuse=".2 .2 .2"')
+    assert dim.count('diffuse=".2 .2 .2"') == 2
+    (assets / "scenes" / "lights" / "tabletop_light_sync_modified_0.xml").write_text(dim)
+
+    env = {**__import__("os").environ, libero_plus.ASSETS_ENV: str(tmp_path / "unzipped")}
+    child = subprocess.run([sys.executable, "-c", LIGHT_VARIANT], env=env, capture_output=True, text=True,
+                           timeout=300, check=False)
+    assert child.returncode == 0, child.stderr[-3000:]
+    seen = json.loads(child.stdout.strip().splitlines()[-1])
+    assert seen["folder"] == str(assets)
+    assert seen["tasks"] == ["pick_up_the_black_bowl_between_the_plate_and_the_ramekin_and_place_it_on_the_plate_light_1"]
+    assert seen["lit"] < seen["own"] - 10, seen  # dimmer lights, rendered
+
+
 # ---------------------------------------------------------------------------------- the OOD report
 def tiny_libero_checkpoint(path):
     import torch
