@@ -22,6 +22,7 @@ import sys
 import tempfile
 
 from vla_gym.runtime.cli_args import script_parser
+from vla_gym.trainers.evaluation.stats import rate_with_interval, success_counts
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
@@ -75,11 +76,13 @@ def main() -> None:
     after = evaluate(after_checkpoint, workdir / "eval_after", args.episodes)
     curve = eval_curve(workdir / "grpo")
 
-    print(f"\n| PushCube, {args.episodes} evaluation seeds (deterministic) | success rate | mean return |")
+    print(f"\n| PushCube, {before['episodes']} evaluation seeds (deterministic) | success rate [95 % CI] | "
+          "mean return |")
     print("|---|---:|---:|")
-    print(f"| PPO checkpoint ({checkpoint.name}) | {before['success_rate']:.2f} | {before['mean_return']:.2f} |")
-    print(f"| + GRPO, {args.grpo_minutes:g} min ({after_checkpoint.name}) | {after['success_rate']:.2f} | "
-          f"{after['mean_return']:.2f} |")
+    print(f"| PPO checkpoint ({checkpoint.name}) | {rate_with_interval(*(success_counts(before) or (0, 0)))} | "
+          f"{before['mean_return']:.2f} |")
+    print(f"| + GRPO, {args.grpo_minutes:g} min ({after_checkpoint.name}) | "
+          f"{rate_with_interval(*(success_counts(after) or (0, 0)))} | {after['mean_return']:.2f} |")
     results = {"checkpoint": str(checkpoint), "before": before, "after": after, "grpo_eval_curve": curve,
                "workdir": str(workdir)}
     if args.plot and curve:

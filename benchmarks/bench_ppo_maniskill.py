@@ -27,6 +27,7 @@ import time
 import numpy as np
 
 from vla_gym.runtime.cli_args import script_parser
+from vla_gym.trainers.evaluation.stats import rate_with_interval, success_counts
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ENV_ID = "VLA/ManiSkill-PushCube-v0"
@@ -57,9 +58,11 @@ def run_ours(minutes: float, workdir: pathlib.Path, extra: list[str]) -> dict:
     evals = [(step, t, s) for (step, s), (_, t) in zip(data["eval/success_rate"], data["eval/elapsed_s"])]
     train = [(step, t, s) for (step, s), (_, t) in zip(data["env/success_once"], data["time/elapsed_s"])]
     final = json.loads((run / "eval" / "eval.json").read_text())["summary"]["overall"]
+    successes, episodes = success_counts(final) or (0, 0)
     steps = data["time/total_fps"][-1][0] if data["time/total_fps"] else 0
     return {"seconds": seconds, "evals": evals, "train": train, "final_eval_success": final["success_rate"],
-            "steps": steps, "steps_per_s": data["time/total_fps"][-1][1] if data["time/total_fps"] else 0.0}
+            "final_eval_successes": successes, "final_eval_episodes": episodes, "steps": steps,
+            "steps_per_s": data["time/total_fps"][-1][1] if data["time/total_fps"] else 0.0}
 
 
 def make_sb3_env():
@@ -109,7 +112,8 @@ def run_sb3(minutes: float) -> dict:
             done = terminated or truncated
         successes.append(success)
     env.close()
-    return {"seconds": seconds, "train": train, "final_eval_success": float(np.mean(successes)), "steps": steps,
+    return {"seconds": seconds, "train": train, "final_eval_success": float(np.mean(successes)),
+            "final_eval_successes": int(sum(successes)), "final_eval_episodes": len(successes), "steps": steps,
             "steps_per_s": steps / seconds}
 
 
@@ -175,8 +179,8 @@ def main() -> None:
         results["sb3"] = run_sb3(args.minutes)
 
     print(f"\n| PushCube, {args.minutes:g} min budget | env steps/s | env steps | eval success reaches 0.8 "
-          "(min / env steps) | final eval success (20 ep.) |")
-    print("|---|---:|---:|---|---:|")
+          "(min / env steps) | final eval success [95 % CI] | final eval episodes |")
+    print("|---|---:|---:|---|---:|---:|")
     for name, label, key in (("vla_gym", "vla_gym PPO, 2 torchrun processes", "evals"),
                              ("sb3", "SB3 PPO, 2 subprocess envs", "train")):
         if name not in results:
@@ -186,7 +190,10 @@ def main() -> None:
         reached = f"{minutes:.1f} min / {step}" if step is not None else "not reached"
         if name == "sb3":
             reached += " (training episodes)"
-        print(f"| {label} | {r['steps_per_s']:.0f} | {r['steps']} | {reached} | {r['final_eval_success']:.2f} |")
+        episodes = r.get("final_eval_episodes", 20)  # an older --sb3-from JSON: its 20 episodes, no counts
+        successes = r.get("final_eval_successes", round(r["final_eval_success"] * episodes))
+        print(f"| {label} | {r['steps_per_s']:.0f} | {r['steps']} | {reached} | "
+              f"{rate_with_interval(successes, episodes)} | {episodes} |")
     if args.plot:
         plot(results, args.plot)
         print(f"curves: {args.plot}")

@@ -32,6 +32,7 @@ import sys
 import time
 
 from vla_gym.runtime.cli_args import script_parser
+from vla_gym.trainers.evaluation.stats import rate_with_interval, success_counts
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIGS = pathlib.Path("examples/configs")  # commands run in the repository root
@@ -170,11 +171,15 @@ def main(argv=None) -> int:
                "after_sft": before, "after_rl": after, "grpo_checkpoint": str(checkpoint), "curve": curve,
                "timings_s": timings}
     (out / "results.json").write_text(json.dumps(results, indent=1))
+    # each success with its 95 % Wilson interval (n/a: the env reports no success)
+    success = {name: rate_with_interval(*(success_counts(stats) or (0, 0))) for name, stats in
+               (("sft", before), ("rl", after))}
     table = (
-        f"| {args.env} ({args.eval_episodes} fixed seeds, greedy) | success | return | length |\n|---|---|---|---|\n"
-        f"| SFT ({demos['episodes']} demos, {demos['frames']} steps) | {before['success_rate']:.2f} | "
+        f"| {args.env} ({before['episodes']} fixed seeds, greedy) | success [95 % CI] | return | length |\n"
+        "|---|---|---|---|\n"
+        f"| SFT ({demos['episodes']} demos, {demos['frames']} steps) | {success['sft']} | "
         f"{before['mean_return']:.2f} | {before['mean_length']:.1f} |\n"
-        f"| SFT + GRPO ({rl_steps} env steps) | {after['success_rate']:.2f} | {after['mean_return']:.2f} | "
+        f"| SFT + GRPO ({rl_steps} env steps) | {success['rl']} | {after['mean_return']:.2f} | "
         f"{after['mean_length']:.1f} |\n"
     )
     (out / "results.md").write_text(table)

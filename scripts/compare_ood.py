@@ -7,16 +7,20 @@ Each argument is a report directory of ``trainers/eval.py --ood`` (or its ``ood.
 rows that every report has are compared, and the category means and the OOD average are recomputed over those
 rows, so each column averages the same perturbations (a report cut short by time still compares fairly). Prints
 Markdown (and writes it to ``--out``): the seeds' table, one line per checkpoint, then one line per perturbation
-with each checkpoint's success and the change from the first.
+with each checkpoint's success and the change from the first; every success with its 95 % Wilson interval (a
+mean's with the effective episodes of its rows, as ``trainers/eval.py --ood`` reports it) and its episodes.
 """
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 import sys
 
+from vla_gym.ood.perturbations import CATEGORIES
 from vla_gym.runtime.cli_args import script_parser
-from vla_gym.trainers.evaluation.ood import ood_report_from_rows, percent, summary_header, summary_values
+from vla_gym.trainers.evaluation.ood import ood_report_from_rows, percent, summary_header
+from vla_gym.trainers.evaluation.stats import interval_text, rate_with_interval, success_counts, wilson_interval
 
 
 def load_report(path: str) -> dict:
@@ -26,6 +30,23 @@ def load_report(path: str) -> dict:
     if not file.is_file():
         raise FileNotFoundError(f"{file} not found: pass the --out directory of trainers/eval.py --ood")
     return json.loads(file.read_text())
+
+
+def with_interval(rate: float | None, interval: list[float] | None, episodes: int | None) -> str:
+    """``35.0 % [18.1, 56.7] n=20`` (``n/a`` without a rate or an interval)."""
+    if rate is None or math.isnan(rate) or interval is None:
+        return "n/a"
+    return f"{percent(rate)} % {interval_text(interval, percent=True)} n={episodes}"
+
+
+def summary_cells(report: dict) -> list[str]:
+    """IND, the category means and the OOD average of a trimmed report, each with its interval and episodes."""
+    ind = success_counts({"success_rate": report["ind"], "episodes": report["ind_episodes"]})
+    ind_interval = report.get("ind_ci95") or (None if ind is None else wilson_interval(*ind))  # older reports
+    cells = [with_interval(report["ind"], ind_interval, report["ind_episodes"])]
+    cells += [with_interval(report["categories"].get(c), report["categories_ci95"].get(c),
+                            report["categories_episodes"].get(c)) for c in CATEGORIES]
+    return cells + [with_interval(report["ood_average"], report["ood_average_ci95"], report["ood_episodes"])]
 
 
 def compare_markdown(reports: dict[str, dict]) -> str:
@@ -38,24 +59,26 @@ def compare_markdown(reports: dict[str, dict]) -> str:
     trimmed = {label: ood_report_from_rows(report, order) for label, report in reports.items()}
     labels = list(trimmed)
     episodes = sorted({report["ind_episodes"] for report in trimmed.values()})
-    lines = [f"Success rate (%) over the same {'/'.join(map(str, episodes))} episodes per row; category means and "
-             f"OOD average over the {len(order)} perturbations every report has.", "",
+    lines = [f"Success rate [95 % Wilson interval] over the same {'/'.join(map(str, episodes))} episodes per row; "
+             f"category means and OOD average over the {len(order)} perturbations every report has (n: the episodes "
+             "they pool; a mean's interval uses the effective n of its rows: docs/evaluation.md#statistics).", "",
              "| checkpoint | " + summary_header() + " |", "|---|" + "---:|" * 5]
-    lines += [f"| {label} | " + " | ".join(summary_values(report)) + " |" for label, report in trimmed.items()]
+    lines += [f"| {label} | " + " | ".join(summary_cells(report)) + " |" for label, report in trimmed.items()]
     lines += ["", "| perturbation | category | strength | " + " | ".join(labels) + " | change (points) |",
               "|---|---|---:|" + "---:|" * (len(labels) + 1)]
     rows_by_label = {label: {row["directory"]: row for row in report["rows"]} for label, report in trimmed.items()}
     for directory in ["ind"] + order:
         if directory == "ind":
-            rates = [report["ind"] for report in trimmed.values()]
+            stats = [{"success_rate": report["ind"], "episodes": report["ind_episodes"]} for report in trimmed.values()]
             head = "none (IND) | - | -"
         else:
             row = rows_by_label[labels[0]][directory]
-            rates = [rows_by_label[label][directory]["success_rate"] for label in labels]
+            stats = [rows_by_label[label][directory] for label in labels]
             strength = "-" if row["strength"] is None else f"{row['strength']:g}"
             head = f"{row['perturbation']} | {row['category']} | {strength}"
-        change = f"{100 * (rates[-1] - rates[0]):+.1f}"
-        lines.append(f"| {head} | " + " | ".join(percent(rate) for rate in rates) + f" | {change} |")
+        change = f"{100 * (stats[-1]['success_rate'] - stats[0]['success_rate']):+.1f}"
+        cells = [rate_with_interval(*(success_counts(s) or (0, 0))) for s in stats]  # n/a: no success reported
+        lines.append(f"| {head} | " + " | ".join(cells) + f" | {change} |")
     return "\n".join(lines) + "\n"
 
 

@@ -23,6 +23,7 @@ import sys
 import time
 
 from vla_gym.runtime.cli_args import add_init_states, add_tasks, parser_with_examples
+from vla_gym.trainers.evaluation.stats import rate_with_interval
 
 ENV_IDS = {
     "libero_object": "VLA/LiberoObject-v0", "libero_spatial": "VLA/LiberoSpatial-v0",
@@ -60,7 +61,8 @@ def run_batch(batch: tuple[str, int, list[int]]) -> list[dict]:
 
 
 def table(rows: list[dict]) -> tuple[str, dict]:
-    """Markdown and JSON per-task success tables (with per-suite totals)."""
+    """Markdown and JSON per-task success tables (with per-suite totals); each success with its 95 % Wilson
+    interval."""
     tasks: dict[tuple[str, int], dict] = {}
     for row in rows:
         entry = tasks.setdefault((row["suite"], row["task_id"]), {
@@ -69,7 +71,7 @@ def table(rows: list[dict]) -> tuple[str, dict]:
         entry["episodes"] += 1
         entry["successes"] += row["success"]
         entry["steps_of_successes"] += row["steps"] if row["success"] else 0
-    lines = ["| suite | task | episodes | success | mean steps (successes) |", "|---|---|---|---|---|"]
+    lines = ["| suite | task | episodes | success [95 % CI] | mean steps (successes) |", "|---|---|---|---|---|"]
     suites: dict[str, list[int]] = {}
     for key in sorted(tasks):
         entry = tasks[key]
@@ -77,12 +79,12 @@ def table(rows: list[dict]) -> tuple[str, dict]:
         mean_steps = entry.pop("steps_of_successes") / max(entry["successes"], 1)
         entry["mean_steps_of_successes"] = round(mean_steps, 1)
         lines.append(f"| {entry['suite']} | {entry['task_id']}: {entry['task']} | {entry['episodes']} | "
-                     f"{entry['success_rate']:.0%} | {mean_steps:.0f} |")
+                     f"{rate_with_interval(entry['successes'], entry['episodes'])} | {mean_steps:.0f} |")
         totals = suites.setdefault(entry["suite"], [0, 0])
         totals[0] += entry["episodes"]
         totals[1] += entry["successes"]
     for suite, (episodes, successes) in suites.items():
-        lines.append(f"| **{suite}** | **all** | **{episodes}** | **{successes / episodes:.1%}** | |")
+        lines.append(f"| **{suite}** | **all** | **{episodes}** | **{rate_with_interval(successes, episodes)}** | |")
     summary = {suite: {"episodes": e, "successes": s, "success_rate": s / e} for suite, (e, s) in suites.items()}
     return "\n".join(lines) + "\n", {"suites": summary, "tasks": list(tasks.values())}
 

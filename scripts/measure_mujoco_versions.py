@@ -30,6 +30,7 @@ import venv
 
 from vla_gym.canary import load as load_fingerprints
 from vla_gym.runtime.cli_args import script_parser
+from vla_gym.trainers.evaluation.stats import rate_with_interval
 from vla_gym.trainers.runtime.results import write_results
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -136,16 +137,17 @@ def write_asset(rows: list[dict], path: pathlib.Path) -> pathlib.Path:
 
 
 def markdown(rows: list[dict]) -> str:
-    """The docs' table: one line per MuJoCo version."""
+    """The docs' table: one line per MuJoCo version; each expert success with its 95 % Wilson interval."""
     suites = sorted({s for r in rows for s in r["experts"]})
-    head = ["MuJoCo", *(f"expert {s.removeprefix('libero_')}" for s in suites),
+    head = ["MuJoCo", *(f"expert {s.removeprefix('libero_')} [95 % CI]" for s in suites),
             "canary identical / OK / DRIFT / FLIP / RENDER", "largest drift (mm)", "largest frame change (of 255)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["mujoco"]]
         for s in suites:
             e = r["experts"].get(s)
-            cells.append(f"{e['successes']}/{e['episodes']} ({e['success_rate']:.0%})" if e else "-")
+            cells.append(f"{e['successes']}/{e['episodes']}: {rate_with_interval(e['successes'], e['episodes'])}"
+                         if e else "-")
         c = r["canary"]["counts"]
         cells.append(f"{c['identical']} / {c['OK']} / {c['DRIFT']} / {c['FLIP']} / {c.get('RENDER', '-')}")
         cells.append(f"{max(r['canary']['max_drift_mm'].values(), default=0.0):.1f}")

@@ -17,6 +17,7 @@ from vla_gym.trainers.evaluation.stats import (
     mcnemar_exact_p,
     mean_rate_interval,
     paired_bootstrap_interval,
+    rate_with_interval,
     success_counts,
     wilson_interval,
 )
@@ -37,6 +38,15 @@ def test_wilson_interval_known_values():
             wilson_interval(*bad)
     with pytest.raises(ValueError, match="confidence"):
         wilson_interval(1, 2, confidence=1.0)
+
+
+def test_rate_with_interval_is_the_tables_cell():
+    """``35.0 % [18.1, 56.7]``: the rate and its Wilson interval in percent, as scripts/libero_rl_table.py shows them."""
+    assert rate_with_interval(7, 20) == "35.0 % [18.1, 56.7]"
+    assert rate_with_interval(0, 10) == "0.0 % [0.0, 27.8]" and rate_with_interval(10, 10) == "100.0 % [72.2, 100.0]"
+    assert rate_with_interval(0, 0) == "n/a"  # no episodes: no rate
+    with pytest.raises(ValueError):
+        rate_with_interval(11, 10)
 
 
 def test_mcnemar_exact_known_tables():

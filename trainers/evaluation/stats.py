@@ -2,6 +2,7 @@
 
     wilson_interval(7, 20)                         # 95 % Wilson score interval of 7 successes in 20 episodes
     mean_rate_interval([(0.5, 20), (0.25, 20)])    # the same, for a mean of success rates (OOD category means)
+    rate_with_interval(7, 20)                      # "35.0 % [18.1, 56.7]": a table's cell
     mcnemar_exact_p(a_only=2, b_only=9)            # two checkpoints on the same episodes: is the difference real?
     paired_bootstrap_interval(a, b, strata=tasks)  # 95 % interval of success(B) - success(A) on paired episodes
 
@@ -193,5 +194,17 @@ def interval_text(interval: Sequence[float] | None, percent: bool = False) -> st
     return f"[{100 * low:.1f}, {100 * high:.1f}]" if percent else f"[{low:.3f}, {high:.3f}]"
 
 
+def rate_with_interval(successes: float, episodes: float) -> str:
+    """``35.0 % [18.1, 56.7]``: the success rate of ``successes`` in ``episodes`` and its 95 % Wilson interval, in
+    percent, as the tables show it (``n/a`` without episodes).
+
+    >>> rate_with_interval(7, 20), rate_with_interval(50, 50), rate_with_interval(0, 0)
+    ('35.0 % [18.1, 56.7]', '100.0 % [92.9, 100.0]', 'n/a')
+    """
+    if not episodes:
+        return "n/a"
+    return f"{100 * successes / episodes:.1f} % {interval_text(wilson_interval(successes, episodes), percent=True)}"
+
+
 __all__ = ["CONFIDENCE", "discordant_pairs", "interval_text", "mcnemar_exact_p", "mean_rate_interval",
-           "paired_bootstrap_interval", "success_counts", "wilson_interval", "z_value"]
+           "paired_bootstrap_interval", "rate_with_interval", "success_counts", "wilson_interval", "z_value"]
