@@ -76,6 +76,36 @@ def test_sft_trains_on_the_recorded_rollouts(recorded, tmp_path):
     assert (tmp_path / "bc" / "final.pt").is_file()
 
 
+def test_sft_can_train_on_the_policys_decision_frames_only(recorded, tmp_path):
+    """The policy chose an 8-step chunk at frames 0, 8, 16 of each 20-step episode; there the label chunk is its own
+    greedy output (clipped to the action space), in between it is a chunk replayed open loop.
+    ``sft.rollout_frames=decisions`` trains on those frames only."""
+    import torch
+
+    from trainers.sft import SFT as Trainer
+    from vla_gym.data.lerobot import DemoDataset
+    from vla_gym.data.lerobot.concat import ConcatDemoDataset
+    from vla_gym.trainers.runtime.checkpoint import load_checkpoint, load_policy
+    from vla_gym.trainers.runtime.config import config_from_dict
+
+    data = DemoDataset(recorded / "data")
+    assert data.decision_period == 8
+    assert data.decision_rows().tolist() == [0, 8, 16, 20, 28, 36]
+    assert ConcatDemoDataset([data, data]).decision_rows().tolist() == [0, 8, 16, 20, 28, 36, 40, 48, 56, 60, 68, 76]
+
+    state = load_checkpoint(SFT, map_location="cpu")
+    overrides = [f"sft.dataset={recorded / 'data'}", "device=cpu", "eval.episodes=0",
+                 "sft.rollout_frames=decisions", "sft.batch_size=2", f"run_dir={tmp_path}"]
+    sft = Trainer.from_config(config_from_dict(state["config"], overrides), write_run=False)
+    assert sorted(sft.epoch_order(0).tolist()) == [0, 8, 16, 20, 28, 36] and sft.steps_per_epoch == 3
+    policy = load_policy(state, "cpu").eval()  # the policy that recorded the rollouts
+    with torch.no_grad():
+        at_decisions = policy.imitation_loss(*sft.load_batch([0, 8, 16, 20, 28, 36])).item()
+        between = policy.imitation_loss(*sft.load_batch([3, 5, 11, 23, 31, 39])).item()
+    assert at_decisions < between / 10, (at_decisions, between)  # clipping to the action space: not quite 0
+    sft.close()
+
+
 def test_successes_only_with_no_success_writes_no_dataset_and_says_why(recorded, tmp_path):
     result = run("trainers/eval.py", "--checkpoint", str(SFT), "--allow-render-shift", "--tasks", "1", "--init-states", "0",
                  "--out", str(tmp_path / "eval"), "--record-dataset", str(tmp_path / "data"), "--successes-only",

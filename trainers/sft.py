@@ -173,7 +173,9 @@ class SFT:
             raise ValueError(f"policy {cfg.policy.name} has no trainable parameters (check policy.kwargs)")
         self.optimizer = torch.optim.AdamW(self._params, lr=self.hp.learning_rate, eps=self.hp.adam_eps,
                                            weight_decay=self.hp.weight_decay)
-        self.steps_per_epoch = max(1, len(self.data) // self.hp.batch_size)
+        #: the frames trained on (sft.rollout_frames); an epoch is one pass over them
+        self.rows = self.data.decision_rows() if self.hp.rollout_frames == "decisions" else np.arange(len(self.data))
+        self.steps_per_epoch = max(1, len(self.rows) // self.hp.batch_size)
         total = self.steps_per_epoch * self.hp.epochs
         self.total_steps = min(total, self.hp.max_steps) if self.hp.max_steps is not None else total
         self.num_updates = 0
@@ -191,7 +193,7 @@ class SFT:
     # -------------------------------------------------------------------------------------- data
     def epoch_order(self, epoch: int) -> np.ndarray:
         """The frame order of ``epoch`` (the same on every rank, fixed by ``seed``: resume finds its place)."""
-        return np.random.default_rng([self.cfg.seed, epoch]).permutation(len(self.data))
+        return self.rows[np.random.default_rng([self.cfg.seed, epoch]).permutation(len(self.rows))]
 
     def batch_rows(self, update: int) -> list[int]:
         """This rank's frames for optimizer step ``update`` (0-based)."""

@@ -234,6 +234,10 @@ class SFTConfig:
     weight_decay: float = 0.0
     max_grad_norm: float | None = 1.0
     adam_eps: float = 1e-8
+    #: which frames of recorded rollouts (``trainers/eval.py --record-dataset``) are trained on: ``all``, or
+    #: ``decisions``, only those where the recording policy chose an action chunk (its own output is the label
+    #: there; the frames between replay the chunk open loop). Demos always train on every frame
+    rollout_frames: Literal["all", "decisions"] = "all"
 
     def __post_init__(self):
         _at_least_one("sft", {"epochs": self.epochs, "batch_size": self.batch_size, "max_steps": self.max_steps})

@@ -53,6 +53,10 @@ class ConcatDemoDataset:
         """The first recorded env id among the parts (None when none carries a receipt)."""
         return next((p.env_id for p in self.parts if p.env_id), None)
 
+    def decision_rows(self) -> np.ndarray:
+        """:meth:`DemoDataset.decision_rows` of every part, as rows of this dataset."""
+        return np.concatenate([start + part.decision_rows() for start, part in zip(self._starts, self.parts)])
+
     def locate(self, i: int) -> tuple[DemoDataset, int]:
         """The part holding frame ``i`` and the frame's index in it."""
         i = int(i)

@@ -119,6 +119,28 @@ class DemoDataset:
         return self.actions.shape[1]
 
     @property
+    def decision_period(self) -> int | None:
+        """Env steps between the policy's decisions in a ``trainers/eval.py --record-dataset`` rollout (its recorded
+        ``ActionChunk`` chunk size: the policy was queried at frames 0, K, 2K, ... of each episode and the frames
+        between replay that chunk open loop); None for demos and rollouts played one action per decision."""
+        path = self.root / "meta" / "vla_gym_rollouts.json"
+        if not path.is_file():
+            return None
+        wrappers = ((json.loads(path.read_text()).get("receipt") or {}).get("env") or {}).get("wrappers") or []
+        for wrapper in wrappers:
+            if isinstance(wrapper, dict) and wrapper.get("name") == "ActionChunk":
+                size = int((wrapper.get("kwargs") or {}).get("chunk_size", 1))
+                return size if size > 1 else None
+        return None
+
+    def decision_rows(self) -> np.ndarray:
+        """The frames where the recording policy chose its actions (every frame of demos; frames 0, K, 2K, ... of a
+        chunked rollout's episodes, :attr:`decision_period`): the labels there are that policy's own output."""
+        period = self.decision_period
+        rows = np.arange(len(self))
+        return rows if period is None else rows[self.frame_index % period == 0]
+
+    @property
     def env_id(self) -> str | None:
         """The env id the frames were recorded in (the receipt of ``vla-gym demos`` or ``trainers/eval.py
         --record-dataset``), None when the dataset carries no receipt."""
