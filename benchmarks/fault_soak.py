@@ -3,6 +3,7 @@ restarted with the same command, its newest checkpoint truncated on disk; then c
 
     nice -n 19 python benchmarks/fault_soak.py --updates 60 --fault-every 180 --minutes 30     # long form
     python benchmarks/fault_soak.py --short --json /tmp/fault_soak.json                        # short form (CI)
+    python benchmarks/fault_soak.py --table docs/results/fault_soak.json                       # the docs' table
 
 The supervisor starts the real trainer as a subprocess, ``torchrun --standalone --nproc_per_node=2 trainers/grpo.py
 --config examples/configs/libero_object_miniature_grpo_v3.yaml run_dir=... <overrides>`` (the small VLA policy,
@@ -61,6 +62,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import logging
 import os
 import pathlib
@@ -694,6 +696,31 @@ def analyse(record: dict[str, Any], plan: Plan, run_dir: pathlib.Path, minutes: 
     }
 
 
+def markdown_table(summary: dict[str, Any]) -> str:
+    """docs/reliability.md's table of a soak's figures (``--table JSON`` prints it from a saved summary)."""
+    faults, episodes, ckpts = summary["faults_by_kind"], summary["episodes"], summary["checkpoints"]
+    unreadable = ckpts["unreadable_when_written"]
+    lost = summary["time_lost_by_kind_s"]
+    rows = [
+        ("wall time (min)", f"{summary['wall_s'] / 60:.1f}"),
+        ("updates planned / done", f"{summary['plan']['updates']} / {episodes['updates_logged']}"),
+        ("faults injected: kill-worker / hang-worker / kill-trainer",
+         " / ".join(str(faults.get(kind, 0)) for kind in FAULTS)),
+        ("trainer starts", str(summary["trainer_starts"])),
+        ("worker restarts logged", str(summary["worker_restarts_logged"])),
+        ("episodes accounted for / planned (cut by faults)",
+         f"{episodes['episodes']} / {episodes['episodes_planned']} ({episodes['episodes_cut']})"),
+        ("checkpoints written / unreadable when written",
+         f"{ckpts['written']} / {len(unreadable) if isinstance(unreadable, list) else unreadable}"),
+        ("time lost (s): total / " + " / ".join(FAULTS),
+         f"{summary['time_lost_s']} / " + " / ".join(str(lost.get(kind, 0.0)) for kind in FAULTS)),
+        ("median update (s)", str(summary["median_update_s"])),
+        ("checks", "all passed" if summary["ok"] else "FAILED: " + ", ".join(
+            name for name, check in summary["checks"].items() if not check["ok"])),
+    ]
+    return "\n".join(["| figure | value |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows)]) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = script_parser(__doc__)
     parser.add_argument("--short", action="store_true", help="the short form: each fault once, a couple of minutes")
@@ -714,7 +741,11 @@ def main(argv: list[str] | None = None) -> int:
                                                      "in the temp folder)")
     parser.add_argument("--timeout", type=float, default=None, help="give up after this many seconds (long 14400, "
                                                                     "short 1200)")
+    parser.add_argument("--table", metavar="JSON", help="print the docs' table of a saved summary and exit")
     args = parser.parse_args(argv)
+    if args.table:
+        print(markdown_table(json.loads(pathlib.Path(args.table).read_text())), end="")
+        return 0
 
     faults = tuple(kind.strip() for kind in args.faults.split(",") if kind.strip())
     unknown = [kind for kind in faults if kind not in FAULTS]
@@ -752,6 +783,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, check in summary["checks"].items():
         print(f"  {'ok  ' if check['ok'] else 'FAIL'} {name}: {check['detail']}")
     print(f"-> {out}")
+    print(markdown_table(summary), end="")
     return 0 if summary["ok"] else 1
 
 

@@ -174,6 +174,12 @@ def test_short_soak_survives_every_fault(tmp_path):
     assert summary["resumes"][0]["skipped"] and summary["resumes"][0]["resumed"]
     assert summary["time_lost_s"] > 0 and all(f["lost_s"] is not None for f in summary["faults"])
     assert "SIGSTOP" in result.stdout and "truncated ckpt_" in result.stdout
+    # the docs' table, printed at the end and again from the saved summary
+    table = run_command([*executable("python"), SCRIPT, "--table", str(out)], timeout=120)
+    assert_ok(table)
+    assert table.stdout in result.stdout and "| updates planned / done | 9 / 9 |" in table.stdout
+    assert "| faults injected: kill-worker / hang-worker / kill-trainer | 1 / 1 / 1 |" in table.stdout
+    assert "| checks | all passed |" in table.stdout
 
 
 @pytest.mark.quick
