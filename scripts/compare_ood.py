@@ -13,14 +13,12 @@ mean's with the effective episodes of its rows, as ``trainers/eval.py --ood`` re
 from __future__ import annotations
 
 import json
-import math
 import pathlib
 import sys
 
-from vla_gym.ood.perturbations import CATEGORIES
 from vla_gym.runtime.cli_args import script_parser
-from vla_gym.trainers.evaluation.ood import ood_report_from_rows, percent, summary_header
-from vla_gym.trainers.evaluation.stats import interval_text, rate_with_interval, success_counts, wilson_interval
+from vla_gym.trainers.evaluation.ood import ood_report_from_rows, summary_cells, summary_header
+from vla_gym.trainers.evaluation.stats import rate_with_interval, success_counts
 
 
 def load_report(path: str) -> dict:
@@ -30,23 +28,6 @@ def load_report(path: str) -> dict:
     if not file.is_file():
         raise FileNotFoundError(f"{file} not found: pass the --out directory of trainers/eval.py --ood")
     return json.loads(file.read_text())
-
-
-def with_interval(rate: float | None, interval: list[float] | None, episodes: int | None) -> str:
-    """``35.0 % [18.1, 56.7] n=20`` (``n/a`` without a rate or an interval)."""
-    if rate is None or math.isnan(rate) or interval is None:
-        return "n/a"
-    return f"{percent(rate)} % {interval_text(interval, percent=True)} n={episodes}"
-
-
-def summary_cells(report: dict) -> list[str]:
-    """IND, the category means and the OOD average of a trimmed report, each with its interval and episodes."""
-    ind = success_counts({"success_rate": report["ind"], "episodes": report["ind_episodes"]})
-    ind_interval = report.get("ind_ci95") or (None if ind is None else wilson_interval(*ind))  # older reports
-    cells = [with_interval(report["ind"], ind_interval, report["ind_episodes"])]
-    cells += [with_interval(report["categories"].get(c), report["categories_ci95"].get(c),
-                            report["categories_episodes"].get(c)) for c in CATEGORIES]
-    return cells + [with_interval(report["ood_average"], report["ood_average_ci95"], report["ood_episodes"])]
 
 
 def compare_markdown(reports: dict[str, dict]) -> str:

@@ -231,9 +231,9 @@ def test_compare_script_puts_reports_side_by_side_on_common_rows(tmp_path):
     table = done.stdout
     assert table == (tmp_path / "cmp.md").read_text()
     # each success with its 95 % Wilson interval; OOD avg over lighting and paraphrase only (their 20 episodes)
-    assert "| SFT | 70.0 % [39.7, 89.2] n=10 | 10.0 % [1.8, 40.4] n=10 | 60.0 % [31.3, 83.2] n=10 | n/a | " \
-           "35.0 % [18.1, 56.7] n=20 |" in table
-    assert "| SFT + GRPO | 80.0 % [49.0, 94.3] n=10 | 20.0 % [5.7, 51.0] n=10 | " in table
+    assert "| SFT | 70.0 [39.7, 89.2] n=10 | 10.0 [1.8, 40.4] n=10 | 60.0 [31.3, 83.2] n=10 | n/a | " \
+           "35.0 [18.1, 56.7] n=20 |" in table
+    assert "| SFT + GRPO | 80.0 [49.0, 94.3] n=10 | 20.0 [5.7, 51.0] n=10 | " in table
     assert "| paraphrase | semantic | 1 | 60.0 % [31.3, 83.2] | 80.0 % [49.0, 94.3] | +20.0 |" in table
     assert "action_noise" not in table
     failed = compare(str(before), str(tmp_path / "missing"))

@@ -364,10 +364,16 @@ def summary_header() -> str:
     return " | ".join(["IND"] + [COLUMNS[c] for c in CATEGORIES] + ["OOD avg"])
 
 
-def summary_values(report: dict) -> list[str]:
-    """A report's (or its ``libero_pro`` part's, with ``ind`` added) values for :func:`summary_header`."""
-    values = [report["ind"]] + [report["categories"].get(c) for c in CATEGORIES] + [report["ood_average"]]
-    return [percent(v) for v in values]
+def summary_cells(report: dict, means: dict | None = None) -> list[str]:
+    """The cells for :func:`summary_header`: ``report``'s IND and ``means``' category means and OOD average
+    (default ``report``'s own; or its ``libero_pro`` / ``libero_plus`` part), each with its interval and episodes."""
+    means = report if means is None else means
+    if "ood_average_ci95" not in means:  # a report written before intervals were stored
+        means = {**means, **_mean_intervals(means["rows"])}
+    intervals, episodes = means["categories_ci95"], means["categories_episodes"]
+    values = [_with_interval(report["ind"], _ind_interval(report), report["ind_episodes"])]
+    values += [_with_interval(means["categories"].get(c), intervals.get(c), episodes.get(c)) for c in CATEGORIES]
+    return values + [_with_interval(means["ood_average"], means["ood_average_ci95"], means["ood_episodes"])]
 
 
 def ood_report_from_rows(report: dict, directories: Sequence[str]) -> dict:
@@ -397,13 +403,7 @@ def _with_interval(rate: float | None, interval: list[float] | None, episodes: i
 def _summary_table(report: dict, means: dict) -> list[str]:
     """The seeds' table of ``report``'s IND and ``means``' categories and OOD average (``means`` is the report or
     its ``libero_pro`` / ``libero_plus`` part), each cell with its interval and episodes."""
-    if "ood_average_ci95" not in means:  # a report written before intervals were stored
-        means = {**means, **_mean_intervals(means["rows"])}
-    intervals, episodes = means["categories_ci95"], means["categories_episodes"]
-    values = [_with_interval(report["ind"], _ind_interval(report), report["ind_episodes"])]
-    values += [_with_interval(means["categories"].get(c), intervals.get(c), episodes.get(c)) for c in CATEGORIES]
-    values.append(_with_interval(means["ood_average"], means["ood_average_ci95"], means["ood_episodes"]))
-    return ["| " + summary_header() + " |", "|" + "---:|" * 5, "| " + " | ".join(values) + " |"]
+    return ["| " + summary_header() + " |", "|" + "---:|" * 5, "| " + " | ".join(summary_cells(report, means)) + " |"]
 
 
 def _row_line(row: dict, ind: float) -> str:
