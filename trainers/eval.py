@@ -176,9 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.only_failed_in and args.ood is not None:
         print("trainers/eval.py: --only-failed-in selects episodes of one evaluation: drop --ood", file=sys.stderr)
         return 2
+    args.failed_starts = None  # the (task, init state) pairs --only-failed-in keeps
     if args.only_failed_in:
         try:
-            args.only_failed_in = failed_starts(args.only_failed_in)
+            args.failed_starts = failed_starts(args.only_failed_in)
         except ReplayError as exc:
             print(f"--only-failed-in: {exc}", file=sys.stderr)
             return 2
@@ -315,7 +316,7 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
     summary on the main rank (None elsewhere). ``contract``: the checkpoint's, checked against the env first
     (:class:`~vla_gym.trainers.runtime.contract.ContractError` naming the fix)."""
     wrappers = env_cfg.wrappers  # the receipt's: without the recorder
-    only_failed = None if args.only_failed_in is None else sorted(map(list, args.only_failed_in), key=str)
+    only_failed = None if args.failed_starts is None else sorted(map(list, args.failed_starts), key=str)
     # a killed evaluation of the same plan resumes: its finished episodes (and their recordings) are kept
     plan = {**report_settings(args, dist.world_size), "env": {"id": env_cfg.id, "kwargs": {**env_cfg.kwargs, **kwargs},
                                                               "wrappers": wrappers},
@@ -344,8 +345,8 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
         if specs is None:
             specs = suite_specs(envs, args.episodes_per_task, args.tasks, seed=args.seed,
                                 first_init_state=args.first_init_state)
-            if args.only_failed_in is not None:  # each kept episode keeps the seed it has in the full plan
-                specs = [s for s in specs if (s.task_id, s.init_state_id) in args.only_failed_in]
+            if args.failed_starts is not None:  # each kept episode keeps the seed it has in the full plan
+                specs = [s for s in specs if (s.task_id, s.init_state_id) in args.failed_starts]
                 if not specs:
                     raise SystemExit("trainers/eval.py: --only-failed-in: every selected (task, init state) "
                                      "succeeded in that report: nothing to play")

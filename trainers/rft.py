@@ -164,7 +164,7 @@ class RFTRun:
                 ids = []  # the current policy solves every start greedily: nothing to sample
             samples = [self.evaluate(current, round_dir / f"sample_{k}", sample_seed(args.seed, r, k),
                                      round_dir / f"rollouts_{k}", where) for k in ids]
-            new = [self.out / f"round_{r - 1}" / "eval_rollouts", *(round_dir / f"rollouts_{k}" for k in ids)]
+            new = [before / "eval_rollouts", *(round_dir / f"rollouts_{k}" for k in ids)]
             datasets += [str(path) for path in new if (path / "meta" / "info.json").is_file()]
             current = self.fit(round_dir, datasets, current)
             datasets = fitted_datasets(round_dir)  # what the round's SFT was given (a resumed run may differ)
