@@ -1,7 +1,7 @@
 """A LIBERO worker's memory and speed over many resets with task changes: does RSS stay flat?
 
-    nice -n 19 python benchmarks/memory_soak.py --resets 2000 --out runs/memory_soak/libero130.jsonl
-    python benchmarks/memory_soak.py --summary --out runs/memory_soak/libero130.jsonl --plot runs/memory_soak/rss.png
+    python benchmarks/memory_soak.py --resets 2000      # rows in docs/results/memory_soak_libero130.jsonl (resumed)
+    python benchmarks/memory_soak.py --summary --plot runs/memory_soak/rss.png
     nice -n 19 python benchmarks/memory_soak.py --breakdown          # what the baseline RSS is made of
     python benchmarks/memory_soak.py --resets 3 --out /tmp/soak.jsonl --summary --results /tmp/soak.json  # short form
 
@@ -16,8 +16,9 @@ anonymous and file-backed parts, ``worker_hwm_mb`` its peak), ``parent_rss_mb`` 
 ``steps_per_s``, ``worker_pid`` and ``worker_resets`` (resets this worker process has done: a resumed run starts a
 new worker, and the growth slope is measured within each worker's life).
 
-``--resets N`` is the total wanted: a file that already holds N rows is not extended (run again with a larger N to
-go on). ``--summary`` prints the curve (RSS at resets 0/100/500/1000/2000, growth in MB per 100 resets after
+The rows are kept with the results (``docs/results/memory_soak_libero130.jsonl``, about 450 bytes a reset), so a
+run stopped at the end of one machine's session goes on from a fresh clone on the next. ``--resets N`` is the
+total wanted: a file that already holds N rows is not extended (run again with a larger N to go on). ``--summary`` prints the curve (RSS at resets 0/100/500/1000/2000, growth in MB per 100 resets after
 ``--warmup`` resets, median steps/s and reset seconds in the first vs the last decile) and writes it to ``--results``
 (``docs/results/memory_soak.json``); ``--plot PNG`` draws RSS and steps/s against the reset index (matplotlib).
 ``--breakdown`` measures, in fresh processes, what a worker's RSS is made of (python, vla_gym, robosuite/LIBERO,
@@ -40,6 +41,7 @@ from vla_gym.runtime.memory import proc_status
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results" / "memory_soak.json"
+ROWS = ROOT / "docs" / "results" / "memory_soak_libero130.jsonl"
 CHECKPOINTS = (0, 100, 500, 1000, 2000)
 MB = 1024.0
 
@@ -323,11 +325,29 @@ def breakdown(env_id: str, image_size: int, task_changes: int) -> dict:
     return out
 
 
+def _mujoco_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mujoco")
+    except PackageNotFoundError:
+        return None
+
+
+def _relative(path: pathlib.Path) -> str:
+    """``path`` relative to the repository when it is inside it (as the docs name it)."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = script_parser(__doc__)
     parser.add_argument("--env", default="VLA/Libero130-v0", help="a multi-task LIBERO id")
     parser.add_argument("--resets", type=int, default=0, help="resets the --out file should hold in all")
-    parser.add_argument("--out", default="runs/memory_soak/libero130.jsonl", help="the JSONL rows (resumed)")
+    parser.add_argument("--out", default=str(ROWS), help="the JSONL rows (resumed; kept beside the results, so a "
+                        "run goes on from a fresh clone)")
     parser.add_argument("--steps", type=int, default=10, help="random-action steps per episode")
     parser.add_argument("--image-size", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0, help="reset i uses seed SEED + i")
@@ -346,8 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = soak(args.env, args.resets, out, args.steps, args.image_size, args.seed) if args.resets else read_rows(out)
     if args.summary:
         summary = summarize(rows, min(args.warmup, len(rows) // 10))
-        summary.update(rows_file=str(out), command=f"python benchmarks/memory_soak.py --resets {len(rows)} "
-                       f"--out {out} --steps {rows[0]['steps']} --image-size {rows[0]['image_size']}")
+        summary.update(mujoco=_mujoco_version(), rows_file=_relative(out), command=f"python benchmarks/memory_soak.py --resets {len(rows)} "
+                       f"--out {_relative(out)} --steps {rows[0]['steps']} --image-size {rows[0]['image_size']}")
         print_summary(summary)
         update_results(pathlib.Path(args.results), None, summary)
     if args.plot:

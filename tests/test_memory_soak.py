@@ -58,6 +58,7 @@ def test_short_soak_resumes_and_summarizes(tmp_path):
         assert row["reset_s"] > 0 and row["steps_per_s"] > 0
     summary = json.loads(results.read_text())
     assert summary["resets"] == 5 and summary["worker_processes"] == 2 and summary["commit"]
+    assert summary["mujoco"] and summary["rows_file"] == str(out)  # outside the repository: the path as given
     assert summary["checkpoints"][0]["reset"] == 0 and "slope_mb_per_100_resets" in summary
     assert "growth after" in result.stdout
     # a file that holds the resets asked for is not extended

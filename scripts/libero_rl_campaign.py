@@ -1,0 +1,225 @@
+"""The LIBERO SFT -> RL table, one (suite, seed) at a time, as a campaign that outlives the machine it runs on.
+
+    python scripts/libero_rl_campaign.py --suite object --seed 0 \
+        --sft-checkpoint docs/results/checkpoints/libero_object_seed0_sft_3demos_fitted.pt   # adopt a fitted SFT
+    python scripts/libero_rl_campaign.py --suite spatial --seed 1 --minutes 150   # stop starting steps after 150 min
+    python scripts/libero_rl_campaign.py --suite object --seed 0 --status          # what is done, what is next
+
+The anchors' protocol in miniature (issue 28, docs/libero_miniature.md), each step a product command:
+
+1. **demos**: ``vla-gym demos`` of the scripted expert on init states 0-2 of every task (3 per task, DART noise
+   0.1, main camera 128 px), into ``runs/`` (rebuilt when missing: they only feed step 2);
+2. **sft**: ``trainers/sft.py`` on them for 2,400 steps (fitted: the control of the RFT runs), exported
+   (trained parameters only) to the campaign's ``sft.pt``; or ``--sft-checkpoint`` adopts one;
+3. **SFT evaluations**: ``trainers/eval.py`` on the training starts (init states 0-39 of every task, 400 episodes)
+   and the held-out ones (40-49, 100 episodes), greedy and sampled (std 0.05 per step, GRPO's exploration noise);
+4. **grpo**: ``trainers/grpo.py`` with ``examples/configs/libero_object_miniature_grpo_v3.yaml`` from ``sft.pt``,
+   groups drawn from init states 0-39 (``grpo.train_init_states=40``), until ``--rl-steps`` env steps (400,000:
+   about 2 hours on 2 idle cores at 58 env steps/s);
+5. **RL evaluations**: step 3 for the run's last checkpoint;
+6. **rows**: ``scripts/libero_rl_table.py add`` per (split, mode) into ``docs/results/libero_rl.json`` (method
+   ``grpo``, variant ``protocol``), both models exported to ``docs/results/checkpoints/``.
+
+Everything a later step needs lives under ``docs/results/libero_rl_campaign/<suite>_s<seed>/`` (``--state``): the SFT
+model, the evaluation reports (a stopped evaluation resumes from its ``partial/`` episodes), and the GRPO run itself
+(its newest checkpoint, ``checkpoint.keep_last=1``, about 7 MB, and its TensorBoard). Commit that folder when a
+session ends; the same command on a fresh clone goes on from there, each step skipped when its output exists.
+``--minutes`` stops starting new steps after that long and gives the GRPO run the rest as ``time_limit_s``.
+``--tasks``, ``--train-init-states``, ``--heldout-init-states``, ``--demos`` and the ``--sft-override`` /
+``--grpo-override`` / ``--eval-override`` lists shrink it for the short form (tests/test_libero_rl_campaign.py).
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+import time
+
+from vla_gym.runtime.cli_args import script_parser
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+ENV_IDS = {"object": "VLA/LiberoObject-v0", "spatial": "VLA/LiberoSpatial-v0"}
+SFT_CONFIG = "examples/configs/libero_object_miniature_sft.yaml"
+GRPO_CONFIG = "examples/configs/libero_object_miniature_grpo_v3.yaml"
+MODES = {"greedy": [], "sampled": ["--stochastic", "--std", "0.05"]}
+
+
+class Campaign:
+    """Paths and commands of one (suite, seed) campaign (module docstring)."""
+
+    def __init__(self, args):
+        self.args = args
+        self.state = pathlib.Path(args.state or ROOT / "docs/results/libero_rl_campaign" / f"{args.suite}_s{args.seed}").resolve()
+        self.work = pathlib.Path(args.work or ROOT / "runs/libero_rl_campaign" / f"{args.suite}_s{args.seed}").resolve()
+        self.env_id = ENV_IDS[args.suite]
+        self.deadline = time.monotonic() + 60 * args.minutes if args.minutes else None
+        self.splits = {"train": args.train_init_states, "heldout": args.heldout_init_states}
+
+    # ---- where each step's output is
+    @property
+    def demos(self) -> pathlib.Path:
+        return pathlib.Path(self.args.demos).resolve() if self.args.demos else self.work / "demos"
+
+    @property
+    def sft(self) -> pathlib.Path:
+        return self.state / "sft.pt"
+
+    @property
+    def grpo_run(self) -> pathlib.Path:
+        return self.state / "grpo"
+
+    def eval_dir(self, who: str, split: str, mode: str) -> pathlib.Path:
+        return self.state / "evals" / f"{who}_{split}_{mode}"
+
+    def rl_checkpoint(self) -> pathlib.Path | None:
+        checkpoints = sorted((self.grpo_run / "checkpoints").glob("ckpt_*.pt"))
+        return checkpoints[-1] if checkpoints else None
+
+    def rl_steps_done(self) -> int:
+        checkpoint = self.rl_checkpoint()
+        if checkpoint is None:
+            return 0
+        import torch
+
+        return int(torch.load(checkpoint, map_location="cpu", weights_only=False)["counters"]["num_timesteps"])
+
+    def minutes_left(self) -> float | None:
+        return None if self.deadline is None else (self.deadline - time.monotonic()) / 60
+
+    def out_of_time(self) -> bool:
+        left = self.minutes_left()
+        return left is not None and left <= 0
+
+    # ---- the steps
+    def make_demos(self) -> None:
+        run([sys.executable, "-m", "vla_gym.cli", "demos", self.env_id, "--init-states", self.args.demo_init_states,
+             "--noise", "0.1", "--cameras", "main", "--image-size", "128", "--workers", "2",
+             *self.task_flags(), "--out", str(self.demos)])
+
+    def fit_sft(self) -> None:
+        from vla_gym.trainers.runtime.checkpoint import save_policy_only
+
+        if not (self.demos / "meta").is_dir():
+            self.make_demos()
+        run([sys.executable, "trainers/sft.py", "--config", SFT_CONFIG, f"env.id={self.env_id}",
+             f"run_dir={self.work}", "name=sft", f"sft.dataset={self.demos}", f"seed={self.args.seed}",
+             "sft.epochs=100", "sft.max_steps=2400", *self.args.sft_override])
+        save_policy_only(self.work / "sft" / "final.pt", self.sft)
+
+    def evaluated(self, who: str, split: str, mode: str, checkpoint: pathlib.Path | None) -> bool:
+        """Whether that report is finished and of ``checkpoint`` (a longer GRPO run has a newer one)."""
+        report = self.eval_dir(who, split, mode) / "eval.json"
+        if checkpoint is None or not report.is_file():
+            return False
+        played = pathlib.Path(json.loads(report.read_text())["settings"]["checkpoint"])
+        return (played if played.is_absolute() else ROOT / played).resolve() == checkpoint.resolve()
+
+    def evaluate(self, who: str, checkpoint: pathlib.Path) -> None:
+        for split, init_states in self.splits.items():
+            for mode, flags in MODES.items():
+                out = self.eval_dir(who, split, mode)
+                if self.evaluated(who, split, mode, checkpoint):
+                    continue
+                if self.out_of_time():
+                    return
+                run([sys.executable, "trainers/eval.py", "--checkpoint", str(checkpoint), "--init-states",
+                     init_states, *self.task_flags(), *flags, "--num-envs", str(self.args.num_envs), "--video-episodes", "0",
+                     "--seed", "0", "--out", str(out), "env.vectorization=async", *self.args.eval_override])
+
+    def train_grpo(self) -> None:
+        command = [sys.executable, "trainers/grpo.py", "--config", GRPO_CONFIG, f"env.id={self.env_id}",
+                   f"run_dir={self.state}", "name=grpo", f"seed={self.args.seed}", f"grpo.init_checkpoint={self.sft}",
+                   f"grpo.train_init_states={self.args.train_rl_init_states}", f"total_timesteps={self.args.rl_steps}",
+                   "checkpoint.keep_last=1", *self.args.grpo_override]
+        left = self.minutes_left()
+        if left is not None:
+            command.append(f"time_limit_s={int(60 * left)}")
+        run(command)
+
+    def add_rows(self) -> None:
+        for split in self.splits:
+            for mode in MODES:
+                run([sys.executable, "scripts/libero_rl_table.py", "add", "--suite", self.args.suite,
+                     "--seed", str(self.args.seed), "--method", "grpo", "--variant", "protocol", "--split", split,
+                     "--mode", mode, "--sft-eval", str(self.eval_dir("sft", split, mode)),
+                     "--rl-eval", str(self.eval_dir("rl", split, mode)), "--sft-checkpoint", str(self.sft),
+                     "--sft-variant", "protocol", "--rl-run", str(self.grpo_run),
+                     "--export-dir", self.args.export_dir, "--out", self.args.results])
+
+    def task_flags(self) -> list[str]:
+        return ["--tasks", self.args.tasks] if self.args.tasks else []
+
+    # ---- the plan
+    def status(self) -> list[tuple[str, bool]]:
+        checkpoints = {"sft": self.sft, "rl": self.rl_checkpoint()}
+        evals = [(f"{who} {split} {mode}", self.evaluated(who, split, mode, checkpoints[who]))
+                 for who in ("sft", "rl") for split in self.splits for mode in MODES]
+        steps = [("sft", self.sft.is_file()), *evals[:4],
+                 (f"grpo ({self.rl_steps_done():,} of {self.args.rl_steps:,} env steps)",
+                  self.rl_steps_done() >= self.args.rl_steps), *evals[4:]]
+        return steps
+
+    def run_all(self) -> None:
+        if not self.sft.is_file():
+            if self.args.sft_checkpoint:
+                from vla_gym.trainers.runtime.checkpoint import save_policy_only
+
+                save_policy_only(self.args.sft_checkpoint, self.sft)
+            else:
+                self.fit_sft()
+        self.evaluate("sft", self.sft)
+        if self.out_of_time():
+            return
+        if self.rl_steps_done() < self.args.rl_steps:
+            self.train_grpo()
+        if self.rl_steps_done() < self.args.rl_steps or self.out_of_time():
+            return
+        self.evaluate("rl", self.rl_checkpoint())
+        if all(done for _, done in self.status()):
+            self.add_rows()
+
+
+def run(command: list[str]) -> None:
+    print("running:", " ".join(command[1:]), flush=True)
+    code = subprocess.run(command, cwd=ROOT).returncode
+    if code != 0:
+        raise SystemExit(f"libero_rl_campaign: `{' '.join(command[1:])}` failed with exit code {code}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = script_parser(__doc__)
+    parser.add_argument("--suite", required=True, choices=sorted(ENV_IDS))
+    parser.add_argument("--seed", type=int, required=True, help="the training seed of SFT and GRPO")
+    parser.add_argument("--sft-checkpoint", help="adopt this SFT checkpoint instead of fitting one")
+    parser.add_argument("--rl-steps", type=int, default=400_000, help="GRPO's env-step budget")
+    parser.add_argument("--minutes", type=float, default=None, help="start no step after this many minutes")
+    parser.add_argument("--status", action="store_true", help="print the steps done and to do, run nothing")
+    parser.add_argument("--tasks", default=None, help="only these task ids (default: every task)")
+    parser.add_argument("--train-init-states", default="0-39", help="the training starts evaluated")
+    parser.add_argument("--train-rl-init-states", type=int, default=40, help="grpo.train_init_states")
+    parser.add_argument("--heldout-init-states", default="40-49")
+    parser.add_argument("--demo-init-states", default="0-2")
+    parser.add_argument("--demos", default=None, help="use these demos (a LeRobot dataset) instead of recording them")
+    parser.add_argument("--num-envs", type=int, default=2, help="trainers/eval.py --num-envs")
+    parser.add_argument("--sft-override", nargs="*", default=[], metavar="key=value")
+    parser.add_argument("--grpo-override", nargs="*", default=[], metavar="key=value")
+    parser.add_argument("--eval-override", nargs="*", default=[], metavar="key=value")
+    parser.add_argument("--state", default=None, help="where the campaign is kept (default docs/results/...)")
+    parser.add_argument("--work", default=None, help="scratch for demos and the SFT run (default runs/...)")
+    parser.add_argument("--export-dir", default=str(ROOT / "docs/results/checkpoints"))
+    parser.add_argument("--results", default=str(ROOT / "docs/results/libero_rl.json"))
+    args = parser.parse_args(argv)
+    campaign = Campaign(args)
+    if not args.status:
+        campaign.run_all()
+    steps = campaign.status()
+    for name, done in steps:
+        print(f"  [{'x' if done else ' '}] {name}")
+    print(f"{args.suite} seed {args.seed}: {'complete' if all(d for _, d in steps) else 'in progress'} "
+          f"({campaign.state})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""scripts/libero_rl_campaign.py in short form on real LIBERO: one task, one training and one held-out start, 8-step
+episodes, 64 px. A first call with a one-second budget fits the SFT and stops before its evaluations; the same
+command then plays every step (SFT evaluations, a one-update GRPO run kept in the campaign folder, RL evaluations)
+and writes the table's four rows; a third call finds every output and runs nothing.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("libero")
+
+from short_runs import ROOT, SHORT_IMAGE_SIZE, child_env, executable  # noqa: E402
+
+SHORT_ENV = [f"env.kwargs.image_size={SHORT_IMAGE_SIZE}", "env.kwargs.max_episode_steps=8"]
+
+
+def campaign(tmp_path, *extra: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    command = [
+        *executable("python"), "scripts/libero_rl_campaign.py", "--suite", "object", "--seed", "0",
+        "--tasks", "0", "--train-init-states", "0", "--heldout-init-states", "40", "--train-rl-init-states", "1",
+        "--demos", str(tmp_path / "demos"), "--rl-steps", "16", "--num-envs", "1",
+        "--state", str(tmp_path / "state"), "--work", str(tmp_path / "work"),
+        "--export-dir", str(tmp_path / "exported"), "--results", str(tmp_path / "libero_rl.json"),
+        "--sft-override", *SHORT_ENV, "sft.max_steps=2", "sft.batch_size=4", "torch_threads=1",
+        "logging.progress_bar=false", "checkpoint.resume=null",
+        "--grpo-override", *SHORT_ENV, "env.num_envs=1", "env.vectorization=sync", "grpo.group_size=2",
+        "grpo.groups_per_update=1", "grpo.min_mixed_groups=0", "grpo.filter_uniform_groups=false",
+        "grpo.skip_failed_after=0", "grpo.batch_size=8", "torch_threads=1", "logging.progress_bar=false",
+        "--eval-override", *SHORT_ENV, "env.vectorization=sync", *extra]
+    result = subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=timeout,
+                            check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def test_campaign_runs_in_short_form_resumes_and_writes_the_rows(tmp_path):
+    from vla_gym.data.record import record_demos
+
+    record_demos("VLA/LiberoObject-v0", tmp_path / "demos", episodes_per_task=1, task_ids=[0], keep_failures=True,
+                 progress=False, cameras=["main"], image_size=SHORT_IMAGE_SIZE, max_episode_steps=8)
+    state = tmp_path / "state"
+
+    first = campaign(tmp_path, "--minutes", "0.001")  # out of time once the SFT is fitted
+    assert (state / "sft.pt").is_file() and not (state / "evals").exists()
+    assert "[x] sft" in first.stdout and "[ ] sft train greedy" in first.stdout and "in progress" in first.stdout
+
+    second = campaign(tmp_path)
+    assert "trainers/sft.py" not in second.stdout  # kept from the first call
+    assert second.stdout.count("trainers/eval.py") == 8 and second.stdout.count("trainers/grpo.py") == 1
+    checkpoints = sorted((state / "grpo" / "checkpoints").glob("ckpt_*.pt"))
+    assert len(checkpoints) == 1 and (state / "grpo" / "tensorboard").is_dir()  # keep_last=1, in the campaign folder
+    report = json.loads((state / "evals" / "rl_heldout_sampled" / "eval.json").read_text())
+    assert report["settings"]["checkpoint"] == str(checkpoints[0]) and report["settings"]["deterministic"] is False
+    assert report["settings"]["std"] == 0.05
+    rows = json.loads((tmp_path / "libero_rl.json").read_text())["rows"]
+    assert sorted((r["split"], r["mode"]) for r in rows) == [("heldout", "greedy"), ("heldout", "sampled"),
+                                                             ("train", "greedy"), ("train", "sampled")]
+    assert {(r["method"], r["variant"], r["episodes"], r["env_steps"]) for r in rows} == {("grpo", "protocol", 1, 16)}
+    assert {r["init_states"][0] for r in rows} == {0, 40}
+    assert (tmp_path / "exported" / "libero_object_seed0_grpo_protocol.pt").is_file()
+    assert "complete" in second.stdout
+
+    third = campaign(tmp_path, timeout=300)
+    assert "trainers/" not in third.stdout and "complete" in third.stdout
