@@ -66,6 +66,20 @@ def test_every_example_file_is_tested():
         assert not missing, f"add a short form to tests/test_examples.py for: {', '.join(missing)}"
 
 
+@pytest.mark.quick
+def test_rl_configs_cache_one_updates_frames_not_hours_of_them():
+    """A frozen encoder's feature cache pays for itself in SFT (each demo frame read every epoch); an RL update
+    reads its own rollouts only, so an RL config caches about one update's frames. At 40-64 KB a frame, the
+    100,000 entries the LIBERO GRPO config held grew its trainer 270 MB per hour (docs/reliability.md)."""
+    import yaml
+
+    for name in CONFIGS:
+        config = yaml.safe_load((ROOT / "examples" / "configs" / name).read_text())
+        cache = (config.get("policy", {}).get("kwargs") or {}).get("feature_cache")
+        if cache is not None and ("ppo" in config or "grpo" in config):
+            assert cache <= 16384, f"{name}: policy.kwargs.feature_cache={cache} holds hours of rollout frames"
+
+
 @pytest.mark.parametrize("config", CONFIGS)
 def test_config_runs_one_update(config, request, tmp_path):
     path = ROOT / "examples" / "configs" / config
