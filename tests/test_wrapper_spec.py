@@ -35,7 +35,7 @@ def test_accepted_forms():
     ({"name": "ActionChunk", "chunk_size": 8}, ["env.wrappers[0]", "unknown key(s) chunk_size",
                                                 "{name: ActionChunk, kwargs: {chunk_size: 8}}"]),
     ("ActionChunks", ["env.wrappers[0]", "unknown wrapper 'ActionChunks'", "did you mean ActionChunk",
-                      "EpisodeMetrics, MultiCamera, Perturb, RecordEpisodeVideo, RecordEpisodes, SB3Compat"]),
+                      "EpisodeMetrics, MultiCamera, NormalizeRewardPerTask, Perturb, RecordEpisodeVideo, RecordEpisodes, SB3Compat"]),
     ("finished_episodes", ["unknown wrapper 'finished_episodes'"]),  # a helper of vla_gym.wrappers, not a wrapper
     ("ActionChunk", ["env.wrappers[0]: ActionChunk needs chunk_size", "kwargs: {chunk_size: ...}"]),
     ({"name": "ActionChunk", "kwargs": {"chunk_sise": 8}}, ["env.wrappers[0].kwargs", "no argument 'chunk_sise'",
