@@ -38,6 +38,7 @@ import numpy as np
 
 from vla_gym.runtime.cli_args import script_parser
 from vla_gym.runtime.memory import proc_status
+from vla_gym.runtime.receipt import package_versions
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results" / "memory_soak.json"
@@ -325,23 +326,6 @@ def breakdown(env_id: str, image_size: int, task_changes: int) -> dict:
     return out
 
 
-def _mujoco_version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("mujoco")
-    except PackageNotFoundError:
-        return None
-
-
-def _relative(path: pathlib.Path) -> str:
-    """``path`` relative to the repository when it is inside it (as the docs name it)."""
-    try:
-        return str(path.resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = script_parser(__doc__)
     parser.add_argument("--env", default="VLA/Libero130-v0", help="a multi-task LIBERO id")
@@ -366,8 +350,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = soak(args.env, args.resets, out, args.steps, args.image_size, args.seed) if args.resets else read_rows(out)
     if args.summary:
         summary = summarize(rows, min(args.warmup, len(rows) // 10))
-        summary.update(mujoco=_mujoco_version(), rows_file=_relative(out), command=f"python benchmarks/memory_soak.py --resets {len(rows)} "
-                       f"--out {_relative(out)} --steps {rows[0]['steps']} --image-size {rows[0]['image_size']}")
+        from vla_gym.trainers.runtime.results import repo_relative
+
+        summary.update(mujoco=package_versions()["mujoco"], rows_file=repo_relative(out),
+                       command=f"python benchmarks/memory_soak.py --resets {len(rows)} "
+                       f"--out {repo_relative(out)} --steps {rows[0]['steps']} --image-size {rows[0]['image_size']}")
         print_summary(summary)
         update_results(pathlib.Path(args.results), None, summary)
     if args.plot:

@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
 import sys
 import time
 
 from vla_gym.runtime.cli_args import script_parser
+from vla_gym.trainers.rft import run  # the same echoed step runner
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ENV_IDS = {"object": "VLA/LiberoObject-v0", "spatial": "VLA/LiberoSpatial-v0"}
@@ -178,13 +178,6 @@ class Campaign:
         self.evaluate("rl", self.rl_checkpoint())
         if all(done for _, done in self.status()):
             self.add_rows()
-
-
-def run(command: list[str]) -> None:
-    print("running:", " ".join(command[1:]), flush=True)
-    code = subprocess.run(command, cwd=ROOT).returncode
-    if code != 0:
-        raise SystemExit(f"libero_rl_campaign: `{' '.join(command[1:])}` failed with exit code {code}")
 
 
 def main(argv: list[str] | None = None) -> int:

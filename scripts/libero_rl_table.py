@@ -23,7 +23,7 @@ import sys
 from vla_gym.runtime.cli_args import script_parser
 from vla_gym.trainers.evaluation.stats import wilson_interval
 from vla_gym.trainers.runtime.checkpoint import save_policy_only
-from vla_gym.trainers.runtime.results import git_commit, write_results
+from vla_gym.trainers.runtime.results import git_commit, repo_relative, write_results
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "libero_rl.json"
@@ -111,11 +111,7 @@ def chunk_size(config: dict) -> int:
     return 1
 
 
-def relative(path: str | None) -> str | None:
-    if path is None:
-        return None
-    resolved = pathlib.Path(path).resolve()
-    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)
+relative = repo_relative  # the name metaworld_rl_table.py and the rows code use
 
 
 def load(path: pathlib.Path = RESULTS) -> dict:

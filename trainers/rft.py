@@ -49,10 +49,12 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def run(command: list[str], allowed: tuple[int, ...] = (0,)) -> int:
+    """Run one product command from the repository root, echoed; stop with its exit code unless ``allowed`` (the
+    step runner of this script and scripts/libero_rl_campaign.py)."""
     print("running:", " ".join(command[1:]), flush=True)
     code = subprocess.run(command, cwd=ROOT).returncode
     if code not in allowed:
-        raise SystemExit(f"rft: `{' '.join(command[1:])}` failed with exit code {code}")
+        raise SystemExit(f"`{' '.join(command[1:])}` failed with exit code {code}")
     return code
 
 

@@ -24,6 +24,18 @@ def git_commit(root: str | os.PathLike = ROOT) -> str:
     return out.stdout.strip() or "unknown"
 
 
+def repo_relative(path: str | os.PathLike | None) -> str | None:
+    """``path`` relative to the repository when it lies inside it (as results name their files), else as given.
+
+    >>> repo_relative(ROOT / "docs" / "results" / "x.json")
+    'docs/results/x.json'
+    """
+    if path is None:
+        return None
+    resolved = pathlib.Path(path).resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)
+
+
 def write_results(path: str | os.PathLike, data: dict[str, Any]) -> pathlib.Path:
     """``data`` as indented JSON at ``path`` (parents created), through a temporary file and a rename."""
     path = pathlib.Path(path)
