@@ -194,7 +194,8 @@ def test_perturbed_fingerprints_exit_1_and_name_the_cases(tmp_path, shipped):
     statuses = {r["key"]: r["status"] for r in report["results"]}
     assert statuses == {solved["key"]: "FLIP", pushed["key"]: "DRIFT"} and report["exit_code"] == 1
     drift = next(r for r in report["results"] if r["key"] == pushed["key"])["object_drift_m"]
-    assert drift == pytest.approx(0.02, abs=1e-5)
+    # 2 cm as injected; PhysX on another CPU than the recording's adds up to a few hundredths of a millimetre
+    assert drift == pytest.approx(0.02, abs=1e-4)
 
 
 def test_recording_then_checking_in_a_fresh_process_replays_identically(tmp_path):
@@ -306,8 +307,8 @@ def test_rebase_records_the_same_cases_again_and_drop_leaves_one_out_with_its_re
     assert done.returncode == 0, done.stderr[-3000:]
     rebased, again = canary.load(out)
     assert rebased["rebased"]["from"] == meta["reference"] and [c["key"] for c in rebased["cases"]] == [c["key"] for c in keep]
-    for key in keys:
-        np.testing.assert_array_equal(again[f"{key}.robot"], arrays[f"{key}.robot"])
+    for key in keys:   # the shipped positions back, to PhysX's last bits on this CPU (CI's differ by ~5e-7 m)
+        np.testing.assert_allclose(again[f"{key}.robot"], arrays[f"{key}.robot"], rtol=0, atol=1e-5)
     first = keep[0]["key"]
     done = subprocess.run(script + ["--drop", first, "--why", "too sensitive"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
