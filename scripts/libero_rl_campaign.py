@@ -11,13 +11,15 @@ The anchors' protocol in miniature (issue 28, docs/libero_miniature.md), each st
    0.1, main camera 128 px), into ``runs/`` (rebuilt when missing: they only feed step 2);
 2. **sft**: ``trainers/sft.py`` on them for 2,400 steps (fitted: the control of the RFT runs), exported
    (trained parameters only) to the campaign's ``sft.pt``; or ``--sft-checkpoint`` adopts one;
-3. **SFT evaluations**: ``trainers/eval.py`` on the training starts (init states 0-39 of every task, 400 episodes)
-   and the held-out ones (40-49, 100 episodes), greedy and sampled (std 0.05 per step, GRPO's exploration noise);
-4. **grpo**: ``trainers/grpo.py`` with ``examples/configs/libero_object_miniature_grpo_v3.yaml`` from ``sft.pt``,
+3. **grpo**: ``trainers/grpo.py`` with ``examples/configs/libero_object_miniature_grpo_v3.yaml`` from ``sft.pt``,
    groups drawn from init states 0-39 (``grpo.train_init_states=40``), until ``--rl-steps`` env steps (400,000:
-   about 2 hours on 2 idle cores at 58 env steps/s);
-5. **RL evaluations**: step 3 for the run's last checkpoint;
-6. **rows**: ``scripts/libero_rl_table.py add`` per (split, mode) into ``docs/results/libero_rl.json`` (method
+   about 2 hours on 2 idle cores at 58 env steps/s). It comes before the evaluations because it is the long
+   step: a session gives it its unbroken hours (one process, so its TensorBoard is also the memory curve of an
+   hour of LIBERO GRPO, ``benchmarks/memory_run.py``), and evaluations resume episode by episode anyway;
+4. **evaluations**: ``trainers/eval.py`` of the SFT model, then of the run's last checkpoint, on the training
+   starts (init states 0-39 of every task, 400 episodes) and the held-out ones (40-49, 100 episodes), greedy and
+   sampled (std 0.05 per step, GRPO's exploration noise);
+5. **rows**: ``scripts/libero_rl_table.py add`` per (split, mode) into ``docs/results/libero_rl.json`` (method
    ``grpo``, variant ``protocol``), both models exported to ``docs/results/checkpoints/``.
 
 Everything a later step needs lives under ``docs/results/libero_rl_campaign/<suite>_s<seed>/`` (``--state``): the SFT
@@ -155,9 +157,9 @@ class Campaign:
         checkpoints = {"sft": self.sft, "rl": self.rl_checkpoint()}
         evals = [(f"{who} {split} {mode}", self.evaluated(who, split, mode, checkpoints[who]))
                  for who in ("sft", "rl") for split in self.splits for mode in MODES]
-        steps = [("sft", self.sft.is_file()), *evals[:4],
+        steps = [("sft", self.sft.is_file()),
                  (f"grpo ({self.rl_steps_done():,} of {self.args.rl_steps:,} env steps)",
-                  self.rl_steps_done() >= self.args.rl_steps), *evals[4:]]
+                  self.rl_steps_done() >= self.args.rl_steps), *evals]
         return steps
 
     def run_all(self) -> None:
@@ -168,13 +170,13 @@ class Campaign:
                 save_policy_only(self.args.sft_checkpoint, self.sft)
             else:
                 self.fit_sft()
-        self.evaluate("sft", self.sft)
         if self.out_of_time():
             return
         if self.rl_steps_done() < self.args.rl_steps:
             self.train_grpo()
-        if self.rl_steps_done() < self.args.rl_steps or self.out_of_time():
+        if self.rl_steps_done() < self.args.rl_steps:
             return
+        self.evaluate("sft", self.sft)
         self.evaluate("rl", self.rl_checkpoint())
         if all(done for _, done in self.status()):
             self.add_rows()

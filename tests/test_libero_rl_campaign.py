@@ -1,6 +1,6 @@
 """scripts/libero_rl_campaign.py in short form on real LIBERO: one task, one training and one held-out start, 8-step
-episodes, 64 px. A first call with a one-second budget fits the SFT and stops before its evaluations; the same
-command then plays every step (SFT evaluations, a one-update GRPO run kept in the campaign folder, RL evaluations)
+episodes, 64 px. A first call with a one-second budget fits the SFT and stops before GRPO; the same command then
+plays every step (a one-update GRPO run kept in the campaign folder, SFT evaluations, RL evaluations)
 and writes the table's four rows; a third call finds every output and runs nothing.
 """
 from __future__ import annotations
@@ -46,7 +46,8 @@ def test_campaign_runs_in_short_form_resumes_and_writes_the_rows(tmp_path):
 
     first = campaign(tmp_path, "--minutes", "0.001")  # out of time once the SFT is fitted
     assert (state / "sft.pt").is_file() and not (state / "evals").exists()
-    assert "[x] sft" in first.stdout and "[ ] sft train greedy" in first.stdout and "in progress" in first.stdout
+    assert "[x] sft" in first.stdout and "[ ] grpo (0 of 16" in first.stdout and "in progress" in first.stdout
+    assert first.stdout.index("] grpo") < first.stdout.index("] sft train greedy")  # the long step comes first
 
     second = campaign(tmp_path)
     assert "trainers/sft.py" not in second.stdout  # kept from the first call
