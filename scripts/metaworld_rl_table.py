@@ -5,7 +5,13 @@ to docs/results/metaworld_rl.json, and print the table.
         --sft-checkpoint runs/metaworld_rl/sft/final.pt --rl-run runs/metaworld_rl/ppo \
         --train-goals 0-39 --heldout-goals 40-49 --modes greedy sampled --num-envs 2 \
         --evals runs/metaworld_rl/evals --export-dir docs/results/checkpoints
+    python scripts/metaworld_rl_table.py measure --seed 0 --method grpo --modes sampled --num-envs 4 \
+        --sft-checkpoint docs/results/checkpoints/metaworld_mt10_seed0_sft.pt \
+        --rl-checkpoint docs/results/checkpoints/metaworld_mt10_seed0_grpo.pt --evals runs/metaworld_rl/evals
     python scripts/metaworld_rl_table.py table          # the Markdown table docs/metaworld.md shows
+
+The second form measures committed models again (here in the sampled mode) on a machine without their run: the
+RL budget (env steps, wall minutes) is taken from their rows already in the results.
 
 Goals are the init states of ``fixed_goals=50`` (init state i: the object and goal positions Meta-World draws
 from ``env.seed(i)``; docs/metaworld.md). ``measure`` runs ``trainers/eval.py --init-states GOALS`` on the SFT
@@ -112,13 +118,29 @@ def make_row(args, split: str, mode: str, goals: list[int], sft_eval: pathlib.Pa
     }
 
 
+def recorded_budget(path: pathlib.Path, args) -> tuple[int, float]:
+    """(env steps, wall minutes) of the RL run behind a row already in ``path`` with this suite, seed, method and
+    variant: a committed model (``--rl-checkpoint`` without ``--rl-run``) measured again in another mode, on a
+    machine that does not hold its run."""
+    rows = [row for row in libero_table.load(path)["rows"]
+            if (row["suite"], row["seed"], row["method"], row.get("variant", "")) == (SUITE, args.seed, args.method, args.variant)]
+    if not args.rl_checkpoint or not rows:
+        raise SystemExit(f"give --rl-run (the RL run directory), or --rl-checkpoint of a model whose (seed {args.seed}, "
+                         f"{args.method}{' ' + args.variant if args.variant else ''}) rows are already in {path}")
+    return rows[0]["env_steps"], rows[0]["wall_minutes"]
+
+
 def measure(args) -> list[dict]:
     """Evaluate, then add the rows to ``args.out`` (module docstring); returns the new rows."""
-    run = pathlib.Path(args.rl_run)
-    rl_checkpoint = args.rl_checkpoint or (str(libero_table.rl_checkpoints(run)[-1]) if libero_table.rl_checkpoints(run) else None)
-    if rl_checkpoint is None:
-        raise SystemExit(f"--rl-run {run}: no checkpoints/ckpt_*.pt")
-    budget = libero_table.run_budget(run, rl_checkpoint)
+    path = pathlib.Path(args.out)
+    if args.rl_run:
+        run = pathlib.Path(args.rl_run)
+        rl_checkpoint = args.rl_checkpoint or (str(libero_table.rl_checkpoints(run)[-1]) if libero_table.rl_checkpoints(run) else None)
+        if rl_checkpoint is None:
+            raise SystemExit(f"--rl-run {run}: no checkpoints/ckpt_*.pt")
+        budget = libero_table.run_budget(run, rl_checkpoint)
+    else:
+        rl_checkpoint, budget = args.rl_checkpoint, recorded_budget(path, args)
     splits = {"train": goal_range(args.train_goals), "heldout": goal_range(args.heldout_goals)}
     if set(splits["train"]) & set(splits["heldout"]):
         raise SystemExit("--train-goals and --heldout-goals overlap")
@@ -142,7 +164,6 @@ def measure(args) -> list[dict]:
         rl_copy = save_policy_only(rl_checkpoint, pathlib.Path(args.export_dir) / rl_name)
         for row in new:
             row["sft_checkpoint"], row["rl_checkpoint"] = libero_table.relative(str(sft_copy)), libero_table.relative(str(rl_copy))
-    path = pathlib.Path(args.out)
     data = libero_table.load(path)
     keys = {libero_table.key(row) for row in new}
     data["rows"] = sorted([r for r in data["rows"] if libero_table.key(r) not in keys] + new,
@@ -159,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     measuring.add_argument("--method", required=True, choices=("ppo", "grpo"))
     measuring.add_argument("--variant", default="", help="the RL config's version, for rows side by side")
     measuring.add_argument("--sft-checkpoint", required=True)
-    measuring.add_argument("--rl-run", required=True, help="the RL run directory (checkpoints/, tensorboard/)")
+    measuring.add_argument("--rl-run", help="the RL run directory (checkpoints/, tensorboard/); without it, "
+                                            "--rl-checkpoint's budget is the one its rows in --out record")
     measuring.add_argument("--rl-checkpoint", help="default: the run's newest checkpoint")
     measuring.add_argument("--train-goals", default="0-39", help="goals (init states) RL trained on")
     measuring.add_argument("--heldout-goals", default="40-49", help="goals no demo and no RL episode used")

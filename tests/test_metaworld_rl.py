@@ -193,6 +193,17 @@ def test_demos_sft_one_rl_update_and_the_table_in_short_form(mw, tmp_path):
                 "--out", out)  # a rerun keeps the finished reports (resume) and replaces the rows
     assert again.stdout.count("kept (finished before)") == 8
     assert [(r["sft"], r["rl"]) for r in json.loads(out.read_text())["rows"]] == [(r["sft"], r["rl"]) for r in rows]
+    models = tmp_path / "models"   # the exported models, measured again without their run: the budget of their rows
+    committed = run(sys.executable, "scripts/metaworld_rl_table.py", "measure", "--seed", "0", "--method", "ppo",
+                    "--sft-checkpoint", models / "metaworld_mt10_seed0_sft.pt", "--rl-checkpoint",
+                    models / "metaworld_mt10_seed0_ppo.pt", "--train-goals", "0-1", "--heldout-goals", "40", "--modes",
+                    "sampled", "--evals", tmp_path / "evals_again", "--env-kwarg", "max_episode_steps=20", "--out", out)
+    assert committed.stdout.count("kept (finished before)") == 0
+    assert {r["env_steps"] for r in json.loads(out.read_text())["rows"]} == {32}
+    missing = subprocess.run([sys.executable, "scripts/metaworld_rl_table.py", "measure", "--seed", "1", "--method",
+                              "ppo", "--sft-checkpoint", sft, "--rl-checkpoint", models / "metaworld_mt10_seed0_ppo.pt",
+                              "--evals", tmp_path / "evals_again", "--out", out], cwd=ROOT, capture_output=True, text=True)
+    assert missing.returncode != 0 and "give --rl-run" in missing.stderr
 
 
 @pytest.mark.quick
