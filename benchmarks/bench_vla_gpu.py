@@ -3,6 +3,7 @@
     python benchmarks/bench_vla_gpu.py                                    # PaliGemma-3B-size action-token VLA, bf16
     python benchmarks/bench_vla_gpu.py --family smolvlm --policy continuous
     python benchmarks/bench_vla_gpu.py --family pi0 --policy pi0 --chunk 4
+    python benchmarks/bench_vla_gpu.py --algo grpo --env synthetic     # GRPO with the LIBERO v3 loss, KL to a frozen copy
     python benchmarks/bench_vla_gpu.py --size tiny --env synthetic --num-envs 1 --n-steps 2 --updates 1   # short form (CPU)
 
 The weights are random (from a config with the layer shapes of PaliGemma-3B / SmolVLM-2.2B / PI0:
@@ -12,12 +13,16 @@ One PPO run through vla_gym's trainer: ``--updates`` rollouts of ``--n-steps`` v
 ``--num-envs`` ManiSkill envs (224 px main camera, an action chunk of ``--chunk`` steps), each followed by
 one epoch of minibatches of ``--batch-size``. Reported: rollout samples/s (policy forward + env), update
 samples/s (forward + backward + Adam on LoRA and heads), the whole loop's samples/s and the peak GPU memory.
+``--algo grpo`` runs GRPO instead, with the loss of ``examples/configs/libero_object_miniature_grpo_v3.yaml`` (a
+ratio per action dimension/token, clip 0.2 / 0.28, masked unexecuted sub-actions, every episode weighted the same,
+a KL term to a frozen copy of the initial policy): ``--updates`` updates of 2 groups of ``--num-envs`` episodes.
 
 Without CUDA it stops at once (a full-size model would take hours on a CPU) unless ``--size tiny``: the same
 loop with a tiny model (2 layers), which checks that the script runs, not how fast a GPU is.
 
 ``--env synthetic`` replaces the simulator by :class:`SyntheticVLAEnv` (random 224 px images, the unified
-observation schema, 50-step episodes) for GPU machines without ManiSkill/Vulkan: the numbers then measure
+observation schema, ``--episode-steps`` decisions per episode, success when the last action's first dimension is
+positive, so that the policy's own sampling mixes GRPO's groups) for GPU machines without ManiSkill/Vulkan: the numbers then measure
 the model side only (the env costs nothing).
 """
 from __future__ import annotations
@@ -58,7 +63,9 @@ def synthetic_env_class():
 
         def step(self, action):
             self.t += 1
-            return self._obs(), float(self.np_random.random()), False, self.t >= self.episode_steps, {"success": False}
+            done = self.t >= self.episode_steps
+            success = bool(done and np.asarray(action).reshape(-1)[0] > 0)  # the policy's draw decides
+            return self._obs(), float(self.np_random.random()), False, done, {"success": success}
 
     return SyntheticVLAEnv
 
@@ -74,7 +81,7 @@ def make_envs(args, env_kwargs: dict, wrappers: list):
     cls = synthetic_env_class()
 
     def make():
-        env = cls(cameras=env_kwargs["cameras"], image_size=env_kwargs["image_size"])
+        env = cls(cameras=env_kwargs["cameras"], image_size=env_kwargs["image_size"], episode_steps=args.episode_steps)
         if args.chunk > 1:  # K actions per step, as ActionChunk's action space
             env.action_space = spaces.Box(-1, 1, (args.chunk, 7), "float32")
         return env
@@ -86,6 +93,8 @@ def main(argv=None) -> int:
     parser = script_parser(__doc__)
     parser.add_argument("--family", choices=("paligemma", "smolvlm", "pi0"), default="paligemma")
     parser.add_argument("--policy", choices=("tokens", "continuous", "pi0"), default="tokens")
+    parser.add_argument("--algo", choices=("ppo", "grpo"), default="ppo")
+    parser.add_argument("--episode-steps", type=int, default=50, help="decisions per synthetic episode")
     parser.add_argument("--env", default="VLA/ManiSkill-PickCube-v0")
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--chunk", type=int, default=4)
@@ -103,7 +112,7 @@ def main(argv=None) -> int:
     import torch
     from random_vlms import build_vlm
 
-    from vla_gym.trainers import PPO
+    from vla_gym.trainers import GRPO, PPO
     from vla_gym.trainers.policies import make_policy
     from vla_gym.trainers.runtime.config import config_from_dict
 
@@ -127,6 +136,7 @@ def main(argv=None) -> int:
     kwargs = {"model": model_dir, "dtype": args.dtype}
     if args.policy != "pi0":
         kwargs["lora"] = {"rank": args.lora_rank, "alpha": args.lora_rank}
+        kwargs["critic"] = args.algo == "ppo"  # GRPO has no critic
     t0 = time.perf_counter()
     policy = make_policy(names[args.policy], envs.single_observation_space, envs.single_action_space, **kwargs)
     load_s = time.perf_counter() - t0
@@ -136,19 +146,30 @@ def main(argv=None) -> int:
                                        "wrappers": wrappers},
                                "eval": {"episodes": 0}, "checkpoint": {"resume": None},
                                "logging": {"progress_bar": False, "tensorboard": False}, "torch_threads": 0})
-    algo = PPO(policy, envs, config=config, device=device, n_steps=args.n_steps, batch_size=args.batch_size,
-               n_epochs=1, learning_rate=1e-5)
+    # PPO counts vector steps; GRPO counts episode lengths: env steps under ActionChunk, decisions on the synthetic env
+    per_decision = args.chunk if args.algo == "grpo" and args.env != "synthetic" else 1
+    if args.algo == "ppo":
+        algo = PPO(policy, envs, config=config, device=device, n_steps=args.n_steps, batch_size=args.batch_size,
+                   n_epochs=1, learning_rate=1e-5)
+        budget = args.n_steps * args.num_envs * (args.updates + 1)
+    else:  # two groups of num_envs episodes per update, the v3 loss (module docstring)
+        algo = GRPO(policy, envs, config=config, device=device, group_size=args.num_envs, groups_per_update=2,
+                    batch_size=args.batch_size, n_epochs=1, learning_rate=1e-5, ratio_level="dim",
+                    clip_range_low=0.2, clip_range_high=0.28, mask_unexecuted=True, loss_weighting="episode",
+                    filter_uniform_groups=True, kl_coef=0.1)
+        budget = 2 * args.num_envs * args.episode_steps * per_decision * (args.updates + 1)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     rows = []
-    algo.learn(args.n_steps * args.num_envs * (args.updates + 1), callback=lambda a, m: rows.append(dict(m)))
+    algo.learn(budget, callback=lambda a, m: rows.append({**m, "decisions": a.num_timesteps / per_decision}))
     algo.close()
-    samples = args.n_steps * args.num_envs
     steady = rows[1:] or rows  # the first update includes CUDA warm-up
+    decisions = [r["decisions"] - (rows[i - 1]["decisions"] if i else 0) for i, r in enumerate(rows)][-len(steady):]
+    samples = sum(decisions) / len(decisions)  # policy decisions (chunks) per update
     rollout_s = sum(r["time/rollout_s"] for r in steady) / len(steady)
     update_s = sum(r["time/update_s"] for r in steady) / len(steady)
     result = {
-        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "env": args.env, "family": args.family,
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "env": args.env, "algo": args.algo, "family": args.family,
         "policy": args.policy, "dtype": args.dtype, "params_total": total, "params_trainable": trainable,
         "num_envs": args.num_envs, "chunk": args.chunk, "samples_per_rollout": samples,
         "rollout_samples_per_s": samples / rollout_s, "update_samples_per_s": samples / update_s,

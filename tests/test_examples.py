@@ -12,6 +12,8 @@ Not here, on purpose (each is run by its own test; this file fails for a script 
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 from short_runs import (
     ROOT,
@@ -130,11 +132,16 @@ def test_gpu_benchmark_fails_fast_without_cuda(script):
 
 
 @pytest.mark.slow
-def test_vla_gpu_benchmark_tiny_on_cpu(tmp_path):
-    """The GPU benchmark's whole loop with a tiny model (about 30 s; the CI form above checks the CUDA guard)."""
+@pytest.mark.parametrize("algo", ["ppo", "grpo"])
+def test_vla_gpu_benchmark_tiny_on_cpu(tmp_path, algo):
+    """The GPU benchmark's whole loop with a tiny model (30-45 s; the CI form above checks the CUDA guard)."""
     result = run_command([*executable("python"), "benchmarks/bench_vla_gpu.py", "--size", "tiny", "--env", "synthetic",
-                          "--family", "smolvlm", "--policy", "continuous", "--num-envs", "1", "--n-steps", "2",
-                          "--batch-size", "2", "--updates", "1", "--chunk", "2", "--dtype", "float32",
+                          "--family", "smolvlm", "--policy", "continuous", "--num-envs", "4" if algo == "grpo" else "1",
+                          "--n-steps", "2", "--episode-steps", "3", "--algo", algo, "--batch-size", "4",
+                          "--updates", "1", "--chunk", "2", "--dtype", "float32",
                           "--model-dir", str(tmp_path / "model")], timeout=300)
     assert_ok(result)
-    assert '"loop_samples_per_s"' in result.stdout
+    report = json.loads(result.stdout[result.stdout.index("{"):])
+    assert report["algo"] == algo and report["loop_samples_per_s"] > 0
+    if algo == "grpo":  # 2 groups of 4 episodes of 3 decisions per update
+        assert report["samples_per_rollout"] == 24
