@@ -9,6 +9,10 @@ The trainers log, every update, ``env/worker_rss_mb`` (the largest env worker's 
 series: the value at the first update, after ``--warmup-minutes``, at the end, the peak, and the growth in MB per
 hour fitted (least squares) after the warm-up, plus the env steps per second in the first and the last fifth of
 the run. A worker respawned by a fault restarts its own curve; this reports the largest worker at each update.
+
+A resumed run is several processes, each with its own clock (``time/elapsed_s`` starts again) and memory: each
+process's life is a segment, and ``--segment K`` picks the K-th (0: the first; default -1, the last). The summary
+names the segment, how many the run has, and the env steps it covers.
 """
 from __future__ import annotations
 
@@ -33,8 +37,19 @@ def read_scalars(run: pathlib.Path) -> dict[str, dict[int, float]]:
     return {tag: {e.step: e.value for e in events.Scalars(tag)} for tag in events.Tags()["scalars"]}
 
 
-def summarize(scalars: dict[str, dict[int, float]], warmup_minutes: float) -> dict:
-    """The curve of each series against elapsed minutes and its growth after the warm-up (module docstring)."""
+def segments(elapsed: dict[int, float]) -> list[list[int]]:
+    """The run's updates (env-step counts) split where the clock starts again: one list per trainer process."""
+    parts: list[list[int]] = []
+    for step in sorted(elapsed):
+        if not parts or elapsed[step] < elapsed[parts[-1][-1]]:
+            parts.append([])
+        parts[-1].append(step)
+    return parts
+
+
+def summarize(scalars: dict[str, dict[int, float]], warmup_minutes: float, segment: int = -1) -> dict:
+    """The curve of each series against elapsed minutes and its growth after the warm-up, in one process's life
+    (``segment``; module docstring)."""
     elapsed = scalars.get("time/elapsed_s")
     if not elapsed:
         raise SystemExit("no time/elapsed_s in the run's TensorBoard: is it a PPO/GRPO run directory?")
@@ -42,9 +57,13 @@ def summarize(scalars: dict[str, dict[int, float]], warmup_minutes: float) -> di
     if len(missing) == len(SERIES):
         raise SystemExit(f"none of {list(SERIES)} in the run's TensorBoard: it was trained before the trainers "
                          "logged memory; train again")
-    steps = sorted(elapsed)
+    lives = segments(elapsed)
+    if not -len(lives) <= segment < len(lives):
+        raise SystemExit(f"--segment {segment}: the run has {len(lives)} segment(s) (trainer processes), 0-{len(lives) - 1}")
+    steps = lives[segment]
     minutes = np.array([elapsed[s] / 60.0 for s in steps])
-    out: dict = {"updates": len(steps), "minutes": round(float(minutes[-1]), 1), "warmup_minutes": warmup_minutes}
+    out: dict = {"segment": segment % len(lives), "segments": len(lives), "env_steps": [steps[0], steps[-1]],
+                 "updates": len(steps), "minutes": round(float(minutes[-1]), 1), "warmup_minutes": warmup_minutes}
     for tag in SERIES:
         if tag in missing:
             continue
@@ -70,13 +89,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = script_parser(__doc__)
     parser.add_argument("run", help="the PPO/GRPO run directory (its tensorboard/ is read)")
     parser.add_argument("--warmup-minutes", type=float, default=5.0, help="growth is fitted after this")
+    parser.add_argument("--segment", type=int, default=-1,
+                        help="which trainer process of a resumed run (0: the first; -1: the last)")
     parser.add_argument("--json", default=None, help="also write the summary here (e.g. docs/results/...)")
     args = parser.parse_args(argv)
     run = pathlib.Path(args.run)
     if not run.is_dir():
         parser.error(f"{run}: no such run directory")
-    summary = summarize(read_scalars(run), args.warmup_minutes)
-    print(f"{run}: {summary['updates']} updates over {summary['minutes']} min")
+    summary = summarize(read_scalars(run), args.warmup_minutes, args.segment)
+    print(f"{run}, segment {summary['segment']} of 0-{summary['segments'] - 1} (env steps {summary['env_steps'][0]:,}-"
+          f"{summary['env_steps'][1]:,}): {summary['updates']} updates over {summary['minutes']} min")
     for tag in SERIES:
         if tag in summary:
             s = summary[tag]

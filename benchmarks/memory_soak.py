@@ -285,7 +285,7 @@ def _breakdown_child(queue, env_id: str, image_size: int, with_torch: bool, task
 
         gc.collect()
         stages.append(["scene closed (env.close, gc)", proc_status()["VmRSS"]])
-        from vla_gym.backends.mujoco_gl import release_freed_memory
+        from vla_gym.runtime.memory import release_freed_memory
 
         trimmed = release_freed_memory()
         stages.append(["malloc_trim(0): freed heap returned to the OS", proc_status()["VmRSS"]])

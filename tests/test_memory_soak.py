@@ -10,7 +10,7 @@ import json
 import pytest
 from short_runs import assert_ok, executable, run_command
 
-from vla_gym.backends.mujoco_gl import release_freed_memory
+from vla_gym.runtime.memory import release_freed_memory
 
 SCRIPT = "benchmarks/memory_soak.py"
 
@@ -30,6 +30,23 @@ def test_slope_is_measured_within_each_workers_life():
     assert summary["resets"] == 60 and summary["worker_processes"] == 2
     assert [row["reset"] for row in summary["checkpoints"]] == [0]
     assert summary["steps_per_s"] == {"first_decile": 10.0, "last_decile": 10.0}
+
+
+@pytest.mark.quick
+def test_a_resumed_runs_memory_is_read_one_process_at_a_time():
+    """A resumed run's clock and memory start again: memory_run.py fits each trainer process's life on its own."""
+    from memory_run import segments, summarize
+
+    elapsed = {100: 60.0, 200: 120.0, 300: 180.0, 400: 30.0, 500: 90.0, 600: 150.0, 700: 210.0}
+    rss = {100: 900.0, 200: 1000.0, 300: 1100.0, 400: 800.0, 500: 800.0, 600: 800.0, 700: 800.0}
+    assert segments(elapsed) == [[100, 200, 300], [400, 500, 600, 700]]
+    scalars = {"time/elapsed_s": elapsed, "proc/rss_mb": rss}
+    first, last = summarize(scalars, 0.0, segment=0), summarize(scalars, 0.0)
+    assert first["proc/rss_mb"]["growth_mb_per_hour"] == pytest.approx(6000.0)  # 100 MB a minute
+    assert last["segment"] == 1 and last["segments"] == 2 and last["env_steps"] == [400, 700]
+    assert last["proc/rss_mb"]["growth_mb_per_hour"] == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(SystemExit, match="2 segment"):
+        summarize(scalars, 0.0, segment=2)
 
 
 @pytest.mark.quick

@@ -323,3 +323,16 @@ def test_ppo_exploration_std_replaces_the_policys_std():
     ppo.close()
     with pytest.raises(ValueError, match="ppo.exploration_std=-1"):
         config_from_dict({"ppo": {"exploration_std": -1}})
+
+
+def test_every_update_gives_its_freed_rollout_memory_back(monkeypatch):
+    """After each update the trainer trims the C heap (glibc keeps freed rollout arrays otherwise; docs/reliability.md,
+    "Memory of a training run"): once per update, after the update's buffer is released."""
+    from vla_gym.trainers.algorithms import on_policy
+
+    trims = []
+    monkeypatch.setattr(on_policy, "release_freed_memory", lambda: trims.append(True) or True)
+    model = PPO("mlp", "CartPole-v1", num_envs=2, n_steps=8, batch_size=16, n_epochs=1, seed=0)
+    model.learn(3 * 16)
+    model.close()
+    assert model.num_updates == 3 and len(trims) == 3

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vla_gym.runtime.memory import proc_status, worker_rss_mb
+from vla_gym.runtime.memory import proc_status, release_freed_memory, worker_rss_mb
 from vla_gym.trainers.algorithms.sb3_api import SB3Interface
 from vla_gym.trainers.algorithms.schedules import schedule
 from vla_gym.trainers.evaluation.periodic import TrainingEvaluator
@@ -192,6 +192,8 @@ class OnPolicyAlgorithm(SB3Interface):
                 metrics.update(self._memory_metrics())
                 metrics.update(self._update(buffer, num_minibatches))
                 self._update_statistics(buffer)
+                del buffer  # the rollout's arrays, freed before the trim (GRPO builds a new buffer every update)
+                release_freed_memory()  # else glibc keeps that freed heap and RSS creeps up (docs/reliability.md)
                 self.num_updates += 1
                 t2 = time.perf_counter()
                 metrics.update({

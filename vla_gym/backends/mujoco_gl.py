@@ -9,14 +9,11 @@
 
 :class:`OpenRenderContexts` frees the render contexts of envs still open at interpreter exit while EGL still runs.
 ``MUJOCO_GL`` itself is chosen by :func:`vla_gym.runtime.system.configure_mujoco_gl` before MuJoCo is imported.
-:func:`release_freed_memory` gives the heap that a scene rebuild freed back to the OS (docs/reliability.md, "Memory
-over many resets").
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
 import re
 import weakref
@@ -70,22 +67,3 @@ class OpenRenderContexts:
         for backend in list(self._open):
             backend.close()
 
-
-_LIBC: list = []  # glibc, loaded once (empty list: not looked up yet; [None]: not glibc)
-
-
-def release_freed_memory() -> bool:
-    """Give the C heap's free pages back to the OS (glibc's ``malloc_trim(0)``); False where there is no glibc.
-
-    A LIBERO task change frees the old scene (its ``MjModel``, ~0.3 GB with LIBERO's meshes and textures, and its
-    render context, ~0.5 GB under Mesa's software EGL) and the XML compiler's temporaries, but glibc keeps freed heap
-    in the process: a worker's RSS then sits ~0.5 GB above what it uses. Called after each scene build, where it
-    costs little next to the build (benchmarks/memory_soak.py measures both).
-    """
-    if not _LIBC:
-        try:
-            _LIBC.append(ctypes.CDLL("libc.so.6"))
-            _LIBC[0].malloc_trim  # noqa: B018 - musl and others have no malloc_trim
-        except (OSError, AttributeError):
-            _LIBC[:] = [None]
-    return _LIBC[0] is not None and bool(_LIBC[0].malloc_trim(0))

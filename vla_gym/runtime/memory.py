@@ -8,10 +8,12 @@
 
 The trainers log ``env/worker_rss_mb`` (the largest worker's RSS on any rank) and ``proc/rss_mb`` (the largest
 trainer process's) every update, so a long run's memory curve is in its TensorBoard (docs/reliability.md);
-``benchmarks/memory_soak.py`` samples them per reset.
+``benchmarks/memory_soak.py`` samples them per reset. :func:`release_freed_memory` gives the heap a process has
+freed back to the OS (a LIBERO scene rebuild, a trainer's update: docs/reliability.md).
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 MB = 1024.0
@@ -40,3 +42,24 @@ def worker_rss_mb(envs: Any) -> float | None:
         return None
     sizes = [proc_status(p.pid).get("VmRSS") for p in processes if getattr(p, "pid", None)]
     return max((s for s in sizes if s is not None), default=0.0)  # 0: every worker is gone (being respawned)
+
+
+_LIBC: list = []  # glibc, loaded once (empty list: not looked up yet; [None]: not glibc)
+
+
+def release_freed_memory() -> bool:
+    """Give the C heap's free pages back to the OS (glibc's ``malloc_trim(0)``); False where there is no glibc.
+
+    glibc keeps freed heap in the process. A LIBERO task change frees the old scene (its ``MjModel``, ~0.3 GB with
+    LIBERO's meshes and textures, and its render context, ~0.5 GB under Mesa's software EGL) and the XML compiler's
+    temporaries: a worker's RSS then sits ~0.5 GB above what it uses, so the LIBERO env calls this after each scene
+    build (benchmarks/memory_soak.py measures both). The trainers call it after each update, whose rollout arrays
+    (about 100 MB of frames an update, of a different size each time under dynamic sampling) are freed then.
+    """
+    if not _LIBC:
+        try:
+            _LIBC.append(ctypes.CDLL("libc.so.6"))
+            _LIBC[0].malloc_trim  # noqa: B018 - musl and others have no malloc_trim
+        except (OSError, AttributeError):
+            _LIBC[:] = [None]
+    return _LIBC[0] is not None and bool(_LIBC[0].malloc_trim(0))

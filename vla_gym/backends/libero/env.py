@@ -34,13 +34,14 @@ from vla_gym.backends.libero import plus
 from vla_gym.backends.libero.cameras import CAMERAS
 from vla_gym.backends.libero.mujoco_check import warn_if_unchecked_mujoco
 from vla_gym.backends.libero.scene import LiberoScene
-from vla_gym.backends.mujoco_gl import GL_ERROR, OpenRenderContexts, explain_gl_errors, release_freed_memory
+from vla_gym.backends.mujoco_gl import GL_ERROR, OpenRenderContexts, explain_gl_errors
 from vla_gym.backends.mujoco_render_state import render_state, rendered_as
 from vla_gym.backends.mujoco_textures import apply_colorspace, check_colorspace, effective_colorspace
 from vla_gym.core.env import VLAEnv
 from vla_gym.core.errors import MissingSimulatorError
 from vla_gym.core.geometry import quat_to_axis_angle
 from vla_gym.runtime import fork_guard
+from vla_gym.runtime.memory import release_freed_memory
 from vla_gym.runtime.system import configure_mujoco_gl
 from vla_gym.tasks import libero_plus, libero_pro
 from vla_gym.tasks.libero import suite_tasks
