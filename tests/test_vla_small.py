@@ -47,7 +47,7 @@ def test_small_policy_caches_frozen_features_and_imitates():
            "instruction": ["push the cube"] * 4}
     actions, log_probs, _values = policy.act(obs)
     torch.testing.assert_close(policy.evaluate(obs, actions)[0], log_probs)
-    assert len(policy.feature_cache.store) == 4
+    assert len(policy.feature_cache) == 4
     target = torch.rand(4, 7) * 2 - 1
     optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=3e-3)
     losses = []
@@ -58,7 +58,7 @@ def test_small_policy_caches_frozen_features_and_imitates():
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < 0.2 * losses[0]
-    assert len(policy.feature_cache.store) == 4  # the same images: no new encoder passes
+    assert len(policy.feature_cache) == 4  # the same images: no new encoder passes
 
 
 def test_fresh_policy_features_do_not_depend_on_the_batch(tmp_path):
@@ -99,3 +99,29 @@ def test_frozen_copy_reuses_the_policys_features():
     with torch.no_grad():
         policy.action_head.mean.bias.add_(0.5)
     assert not torch.allclose(reference.evaluate(obs, actions)[0], policy.evaluate(obs, actions)[0])
+
+
+def test_feature_cache_returns_what_the_encoder_gives_under_any_batches_and_eviction():
+    """Against the encoder itself (rounded to float16, as stored): batches with repeats, evictions, a batch larger
+    than the cache; the cache never holds more than its size and stops encoding images it holds."""
+    import random
+
+    from vla_gym.trainers.policies.vla_small import FeatureCache
+
+    calls = []
+
+    def encode(images):
+        calls.append(len(images))
+        return images.float().mean((1, 2))[:, :, None, None].repeat(1, 1, 2, 2)
+
+    random.seed(0)
+    pool = torch.randint(0, 256, (30, 4, 4, 3), dtype=torch.uint8)
+    for size in (1, 3, 64):
+        cache = FeatureCache(size)
+        for _ in range(200):
+            images = pool[[random.randrange(30) for _ in range(random.randint(1, 6))]]
+            torch.testing.assert_close(cache.get("main", images, encode), encode(images).half().float(), rtol=0, atol=0)
+            assert len(cache) <= size
+    calls.clear()
+    cache.get("main", pool, encode)
+    assert calls == [] and len(cache) == 30 and len(cache.table) == 64  # all 30 held; the table grew to its size

@@ -181,30 +181,63 @@ class SpatialSoftmax(nn.Module):
 class FeatureCache:
     """LRU cache of frozen-encoder feature maps keyed by the image bytes (PPO re-reads each image per epoch).
 
-    Stored in float16 on the images' device; ``size=0`` disables it (a trained encoder must not be cached).
+    The maps live in one float16 table on the images' device, ``[capacity, *map_shape]``, which doubles as entries
+    arrive, up to ``size`` rows: an evicted entry's row is reused, so a full cache allocates nothing more. (One
+    tensor per entry, 40 KB each, scattered the trainer's heap among the rollouts' arrays: glibc could not give the
+    freed pages back, docs/reliability.md.) ``size=0`` disables it (a trained encoder must not be cached).
+
+        >>> cache = FeatureCache(2)
+        >>> encode = lambda x: x.float().mean((1, 2))[:, :, None, None]        # any batch -> [N, C, 1, 1]
+        >>> images = torch.arange(3 * 2 * 2 * 3, dtype=torch.uint8).reshape(3, 2, 2, 3)
+        >>> cache.get("main", images[:2], encode).shape, len(cache)
+        (torch.Size([2, 3, 1, 1]), 2)
+        >>> _ = cache.get("main", images[2:], encode); len(cache)                # the oldest entry makes room
+        2
     """
 
     def __init__(self, size: int):
         self.size = int(size)
-        self.store: OrderedDict[tuple[str, int], torch.Tensor] = OrderedDict()
+        self.slots: OrderedDict[tuple[str, int], int] = OrderedDict()  # key -> row of the table, oldest first
+        self.table: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.slots)
 
     def get(self, role: str, images: torch.Tensor, encode) -> torch.Tensor:
         if not self.size:
             return encode(images)
         host = images.detach().cpu().numpy()
         keys = [(role, hash(row.tobytes())) for row in host]
-        missing = [i for i, key in enumerate(keys) if key not in self.store]
+        first = {key: i for i, key in reversed(list(enumerate(keys)))}  # each distinct key's first row
+        if len(first) > self.size:  # more distinct images than the cache holds: nothing kept, the same rounding
+            with torch.no_grad():
+                return encode(images).half().float()
+        for key in keys:
+            if key in self.slots:
+                self.slots.move_to_end(key)  # the batch's cached entries are not evicted below
+        missing = [key for key in first if key not in self.slots]
         if missing:
             with torch.no_grad():
-                fresh = encode(images[torch.tensor(missing, device=images.device)])
-            for i, fmap in zip(missing, fresh):
-                self.store[keys[i]] = fmap.half()
-        for key in keys:
-            self.store.move_to_end(key)
-        out = torch.stack([self.store[key] for key in keys]).float()
-        while len(self.store) > self.size:
-            self.store.popitem(last=False)
-        return out
+                fresh = encode(images[torch.tensor([first[key] for key in missing], device=images.device)])
+            rows = []
+            for key in missing:
+                rows.append(self._free_row(fresh))
+                self.slots[key] = rows[-1]
+            self.table[torch.tensor(rows, device=self.table.device)] = fresh.half()
+        return self.table[torch.tensor([self.slots[key] for key in keys], device=self.table.device)].float()
+
+    def _free_row(self, fresh: torch.Tensor) -> int:
+        """A row for a new entry: the next unused one (the table grows by doubling), or the oldest entry's."""
+        used = len(self.slots)
+        if used >= self.size:
+            return self.slots.popitem(last=False)[1]
+        if self.table is None or used >= len(self.table):
+            capacity = min(self.size, max(64, 2 * (0 if self.table is None else len(self.table))))
+            grown = torch.empty((capacity, *fresh.shape[1:]), dtype=torch.float16, device=fresh.device)
+            if self.table is not None:
+                grown[:len(self.table)] = self.table
+            self.table = grown
+        return used
 
 
 class SmallVLAPolicy(TrainableStateMixin, DistributionPolicy):
