@@ -182,9 +182,10 @@ class FeatureCache:
     """LRU cache of frozen-encoder feature maps keyed by the image bytes (PPO re-reads each image per epoch).
 
     The maps live in one float16 table on the images' device, ``[capacity, *map_shape]``, which doubles as entries
-    arrive, up to ``size`` rows: an evicted entry's row is reused, so a full cache allocates nothing more. (One
-    tensor per entry, 40 KB each, scattered the trainer's heap among the rollouts' arrays: glibc could not give the
-    freed pages back, docs/reliability.md.) ``size=0`` disables it (a trained encoder must not be cached).
+    arrive, up to ``size`` rows: an evicted entry's row is reused, so a full cache allocates nothing more (one
+    tensor per entry, 40 KB each, freed in LRU order among the rollouts' arrays, is the suspect of a trainer heap
+    that grew after the cache was full: docs/reliability.md). ``size=0`` disables it (a trained encoder must not be
+    cached).
 
         >>> cache = FeatureCache(2)
         >>> encode = lambda x: x.float().mean((1, 2))[:, :, None, None]        # any batch -> [N, C, 1, 1]
