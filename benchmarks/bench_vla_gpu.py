@@ -33,6 +33,7 @@ import tempfile
 import time
 
 from vla_gym.runtime.cli_args import script_parser
+from vla_gym.trainers.runtime.results import git_commit, write_results
 
 
 def synthetic_env_class():
@@ -176,12 +177,11 @@ def main(argv=None) -> int:
         "loop_samples_per_s": samples / (rollout_s + update_s),
         "env_steps_per_s": samples * args.chunk / (rollout_s + update_s),
         "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
-        "build_s": build_s, "load_s": load_s,
+        "build_s": build_s, "load_s": load_s, "commit": git_commit(),
     }
     print(json.dumps(result, indent=1))
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(result, handle, indent=1)
+        write_results(args.json, result)
     return 0
 
 

@@ -139,9 +139,10 @@ def test_vla_gpu_benchmark_tiny_on_cpu(tmp_path, algo):
                           "--family", "smolvlm", "--policy", "continuous", "--num-envs", "4" if algo == "grpo" else "1",
                           "--n-steps", "2", "--episode-steps", "3", "--algo", algo, "--batch-size", "4",
                           "--updates", "1", "--chunk", "2", "--dtype", "float32",
-                          "--model-dir", str(tmp_path / "model")], timeout=300)
+                          "--model-dir", str(tmp_path / "model"), "--json", str(tmp_path / "r.json")], timeout=300)
     assert_ok(result)
     report = json.loads(result.stdout[result.stdout.index("{"):])
     assert report["algo"] == algo and report["loop_samples_per_s"] > 0
+    assert json.loads((tmp_path / "r.json").read_text()) == report and report["commit"] != "unknown"
     if algo == "grpo":  # 2 groups of 4 episodes of 3 decisions per update
         assert report["samples_per_rollout"] == 24
