@@ -16,11 +16,12 @@ The anchors' protocol in miniature (issue 28, docs/libero_miniature.md), each st
    about 2 hours on 2 idle cores at 58 env steps/s). It comes before the evaluations because it is the long
    step: a session gives it its unbroken hours (one process, so its TensorBoard is also the memory curve of an
    hour of LIBERO GRPO, ``benchmarks/memory_run.py``), and evaluations resume episode by episode anyway;
-4. **evaluations**: ``trainers/eval.py`` of the SFT model, then of the run's last checkpoint, on the training
-   starts (init states 0-39 of every task, 400 episodes) and the held-out ones (40-49, 100 episodes), greedy and
-   sampled (std 0.05 per step, GRPO's exploration noise);
-5. **rows**: ``scripts/libero_rl_table.py add`` per (split, mode) into ``docs/results/libero_rl.json`` (method
-   ``grpo``, variant ``protocol``), both models exported to ``docs/results/checkpoints/``.
+4. **evaluations and rows**, one (split, mode) pair at a time: ``trainers/eval.py`` of the SFT model, then of the
+   run's last checkpoint, on the training starts (init states 0-39 of every task, 400 episodes) or the held-out
+   ones (40-49, 100 episodes), greedy or sampled (std 0.05 per step, GRPO's exploration noise); then that pair's
+   row, ``scripts/libero_rl_table.py add`` into ``docs/results/libero_rl.json`` (method ``grpo``, variant
+   ``protocol``), both models exported to ``docs/results/checkpoints/``. Rows land one by one, training starts
+   greedy first.
 
 Everything a later step needs lives under ``docs/results/libero_rl_campaign/<suite>_s<seed>/`` (``--state``): the SFT
 model, the evaluation reports (a stopped evaluation resumes from its ``partial/`` episodes), and the GRPO run itself
@@ -117,17 +118,21 @@ class Campaign:
         played = pathlib.Path(json.loads(report.read_text())["settings"]["checkpoint"])
         return (played if played.is_absolute() else ROOT / played).resolve() == checkpoint.resolve()
 
-    def evaluate(self, who: str, checkpoint: pathlib.Path) -> None:
+    def evaluate_pairs(self) -> None:
+        """SFT then RL for each (split, mode), and that row as soon as both reports are in: rows land one by one."""
+        checkpoints = {"sft": self.sft, "rl": self.rl_checkpoint()}
         for split, init_states in self.splits.items():
             for mode, flags in MODES.items():
-                out = self.eval_dir(who, split, mode)
-                if self.evaluated(who, split, mode, checkpoint):
-                    continue
-                if self.out_of_time():
-                    return
-                run([sys.executable, "trainers/eval.py", "--checkpoint", str(checkpoint), "--init-states",
-                     init_states, *self.task_flags(), *flags, "--num-envs", str(self.args.num_envs), "--video-episodes", "0",
-                     "--seed", "0", "--out", str(out), "env.vectorization=async", *self.args.eval_override])
+                for who, checkpoint in checkpoints.items():
+                    if self.evaluated(who, split, mode, checkpoint):
+                        continue
+                    if self.out_of_time():
+                        return
+                    run([sys.executable, "trainers/eval.py", "--checkpoint", str(checkpoint), "--init-states",
+                         init_states, *self.task_flags(), *flags, "--num-envs", str(self.args.num_envs),
+                         "--video-episodes", "0", "--seed", "0", "--out", str(self.eval_dir(who, split, mode)),
+                         "env.vectorization=async", *self.args.eval_override])
+                self.add_row(split, mode)
 
     def train_grpo(self) -> None:
         command = [sys.executable, "trainers/grpo.py", "--config", GRPO_CONFIG, f"env.id={self.env_id}",
@@ -139,15 +144,14 @@ class Campaign:
             command.append(f"time_limit_s={int(60 * left)}")
         run(command)
 
-    def add_rows(self) -> None:
-        for split in self.splits:
-            for mode in MODES:
-                run([sys.executable, "scripts/libero_rl_table.py", "add", "--suite", self.args.suite,
-                     "--seed", str(self.args.seed), "--method", "grpo", "--variant", "protocol", "--split", split,
-                     "--mode", mode, "--sft-eval", str(self.eval_dir("sft", split, mode)),
-                     "--rl-eval", str(self.eval_dir("rl", split, mode)), "--sft-checkpoint", str(self.sft),
-                     "--sft-variant", "protocol", "--rl-run", str(self.grpo_run),
-                     "--export-dir", self.args.export_dir, "--out", self.args.results])
+    def add_row(self, split: str, mode: str) -> None:
+        """The (split, mode) row of ``--results`` (replacing an older one with the same key), the models exported."""
+        run([sys.executable, "scripts/libero_rl_table.py", "add", "--suite", self.args.suite,
+             "--seed", str(self.args.seed), "--method", "grpo", "--variant", "protocol", "--split", split,
+             "--mode", mode, "--sft-eval", str(self.eval_dir("sft", split, mode)),
+             "--rl-eval", str(self.eval_dir("rl", split, mode)), "--sft-checkpoint", str(self.sft),
+             "--sft-variant", "protocol", "--rl-run", str(self.grpo_run),
+             "--export-dir", self.args.export_dir, "--out", self.args.results])
 
     def task_flags(self) -> list[str]:
         return ["--tasks", self.args.tasks] if self.args.tasks else []
@@ -156,7 +160,7 @@ class Campaign:
     def status(self) -> list[tuple[str, bool]]:
         checkpoints = {"sft": self.sft, "rl": self.rl_checkpoint()}
         evals = [(f"{who} {split} {mode}", self.evaluated(who, split, mode, checkpoints[who]))
-                 for who in ("sft", "rl") for split in self.splits for mode in MODES]
+                 for split in self.splits for mode in MODES for who in ("sft", "rl")]
         steps = [("sft", self.sft.is_file()),
                  (f"grpo ({self.rl_steps_done():,} of {self.args.rl_steps:,} env steps)",
                   self.rl_steps_done() >= self.args.rl_steps), *evals]
@@ -176,10 +180,7 @@ class Campaign:
             self.train_grpo()
         if self.rl_steps_done() < self.args.rl_steps:
             return
-        self.evaluate("sft", self.sft)
-        self.evaluate("rl", self.rl_checkpoint())
-        if all(done for _, done in self.status()):
-            self.add_rows()
+        self.evaluate_pairs()
 
 
 def main(argv: list[str] | None = None) -> int:

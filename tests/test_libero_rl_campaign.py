@@ -1,7 +1,7 @@
 """scripts/libero_rl_campaign.py in short form on real LIBERO: one task, one training and one held-out start, 8-step
 episodes, 64 px. A first call with a one-second budget fits the SFT and stops before GRPO; the same command then
-plays every step (a one-update GRPO run kept in the campaign folder, SFT evaluations, RL evaluations)
-and writes the table's four rows; a third call finds every output and runs nothing.
+plays every step (a one-update GRPO run kept in the campaign folder, then SFT and RL evaluations pair by pair,
+each pair's row written once both are in); a third call finds every output and runs nothing.
 """
 from __future__ import annotations
 
@@ -52,6 +52,8 @@ def test_campaign_runs_in_short_form_resumes_and_writes_the_rows(tmp_path):
     second = campaign(tmp_path)
     assert "trainers/sft.py" not in second.stdout  # kept from the first call
     assert second.stdout.count("trainers/eval.py") == 8 and second.stdout.count("trainers/grpo.py") == 1
+    first_row = second.stdout.index("scripts/libero_rl_table.py")
+    assert second.stdout[:first_row].count("trainers/eval.py") == 2  # SFT and RL of one (split, mode), then its row
     checkpoints = sorted((state / "grpo" / "checkpoints").glob("ckpt_*.pt"))
     assert len(checkpoints) == 1 and (state / "grpo" / "tensorboard").is_dir()  # keep_last=1, in the campaign folder
     report = json.loads((state / "evals" / "rl_heldout_sampled" / "eval.json").read_text())
