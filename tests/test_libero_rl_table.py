@@ -10,6 +10,7 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -119,3 +120,17 @@ def test_reports_on_other_frames_are_refused(tmp_path):
                              "--rl-eval", str(rl), "--sft-checkpoint", "x", "--rl-run", str(tmp_path),
                              "--out", str(tmp_path / "r.json")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0 and "saw other frames (3.17.0 auto against 3.3.0 linear)" in result.stderr
+
+
+@pytest.mark.quick
+def test_docs_show_the_campaign_rows():
+    """docs/libero_miniature.md shows every `grpo protocol` row of docs/results/libero_rl.json as the script prints it,
+    and the README quotes its SFT -> RL pair."""
+    lines = [line for line in run("table").stdout.splitlines() if "| grpo protocol |" in line]
+    docs = (ROOT / "docs" / "libero_miniature.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert lines
+    for line in lines:
+        assert line in docs, f"docs/libero_miniature.md lacks the measured row {line}"
+        sft, rl = (cell.strip() for cell in line.split("|")[7:9])
+        assert f"{sft} -> {rl}" in readme, f"README.md lacks {sft} -> {rl}"
