@@ -55,6 +55,18 @@ def test_env_workers_are_the_spawned_children_of_the_trainer_ranks(tmp_path):
 
 
 @pytest.mark.quick
+def test_no_fault_after_the_last_update(tmp_path):
+    """A fault during the final save tests nothing and its cost cannot be timed: a loaded host once put one there."""
+    from fault_soak import Plan, Soak
+
+    soak = Soak(Plan(updates=3), tmp_path, timeout_s=60)
+    soak.completions = [{"update": u, "time": 10.0 + u, "start": 1} for u in (1, 2)]
+    assert soak.fault_is_due(settle_from=0.0) and not soak.fault_is_due(settle_from=11.5)  # 2 updates since
+    soak.completions.append({"update": 3, "time": 13.0, "start": 1})
+    assert not soak.fault_is_due(settle_from=0.0)
+
+
+@pytest.mark.quick
 def test_the_budget_ends_the_run_after_exactly_the_planned_updates():
     from fault_soak import Plan, trainer_command
 
@@ -169,15 +181,15 @@ def test_short_soak_survives_every_fault(tmp_path):
     assert summary["faults_by_kind"] == {"kill-worker": 1, "hang-worker": 1, "kill-trainer": 1}
     assert summary["trainer_starts"] == 2 and summary["exit_codes"] == [-9, 0]
     assert summary["worker_restarts_logged"] >= 2
-    assert summary["episodes"]["episodes"] == summary["episodes"]["episodes_planned"] == 9 * 4
-    assert summary["checkpoints"]["final"]["num_updates"] == 9
+    assert summary["episodes"]["episodes"] == summary["episodes"]["episodes_planned"] == 12 * 4
+    assert summary["checkpoints"]["final"]["num_updates"] == 12
     assert summary["resumes"][0]["skipped"] and summary["resumes"][0]["resumed"]
     assert summary["time_lost_s"] > 0 and all(f["lost_s"] is not None for f in summary["faults"])
     assert "SIGSTOP" in result.stdout and "truncated ckpt_" in result.stdout
     # the docs' table, printed at the end and again from the saved summary
     table = run_command([*executable("python"), SCRIPT, "--table", str(out)], timeout=120)
     assert_ok(table)
-    assert table.stdout in result.stdout and "| updates planned / done | 9 / 9 |" in table.stdout
+    assert table.stdout in result.stdout and "| updates planned / done | 12 / 12 |" in table.stdout
     assert "| faults injected: kill-worker / hang-worker / kill-trainer | 1 / 1 / 1 |" in table.stdout
     assert "| checks | all passed |" in table.stdout
 
