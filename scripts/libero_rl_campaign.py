@@ -123,16 +123,19 @@ class Campaign:
         checkpoints = {"sft": self.sft, "rl": self.rl_checkpoint()}
         for split, init_states in self.splits.items():
             for mode, flags in MODES.items():
+                played = False
                 for who, checkpoint in checkpoints.items():
                     if self.evaluated(who, split, mode, checkpoint):
                         continue
                     if self.out_of_time():
                         return
+                    played = True
                     run([sys.executable, "trainers/eval.py", "--checkpoint", str(checkpoint), "--init-states",
                          init_states, *self.task_flags(), *flags, "--num-envs", str(self.args.num_envs),
                          "--video-episodes", "0", "--seed", "0", "--out", str(self.eval_dir(who, split, mode)),
                          "env.vectorization=async", *self.args.eval_override])
-                self.add_row(split, mode)
+                if played or not self.has_row(split, mode):  # a row keeps the commit that measured it
+                    self.add_row(split, mode)
 
     def train_grpo(self) -> None:
         command = [sys.executable, "trainers/grpo.py", "--config", GRPO_CONFIG, f"env.id={self.env_id}",
@@ -143,6 +146,12 @@ class Campaign:
         if left is not None:
             command.append(f"time_limit_s={int(60 * left)}")
         run(command)
+
+    def has_row(self, split: str, mode: str) -> bool:
+        results = pathlib.Path(self.args.results)
+        rows = json.loads(results.read_text())["rows"] if results.is_file() else []
+        return any((r["suite"], r["seed"], r["method"], r.get("variant"), r["split"], r["mode"]) ==
+                   (self.args.suite, self.args.seed, "grpo", "protocol", split, mode) for r in rows)
 
     def add_row(self, split: str, mode: str) -> None:
         """The (split, mode) row of ``--results`` (replacing an older one with the same key), the models exported."""
