@@ -377,3 +377,15 @@ def test_state_statistics_accept_an_empty_batch():
     assert float(encoder.norm.count) == 0
     encoder.update_statistics({"state": torch.ones(4, 5)})
     assert float(encoder.norm.count) == 4 and torch.allclose(encoder.norm.mean, torch.ones(5, dtype=torch.float64))
+
+
+def test_git_commit_outside_a_checkout_reads_the_environment(tmp_path, monkeypatch):
+    """A copy of the tree without .git (sent to a GPU machine) stamps results with $VLA_GYM_COMMIT, else "unknown"."""
+    from vla_gym.trainers.runtime.results import git_commit
+
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    monkeypatch.delenv("VLA_GYM_COMMIT", raising=False)
+    assert git_commit(tmp_path) == "unknown"
+    monkeypatch.setenv("VLA_GYM_COMMIT", "abc1234")
+    assert git_commit(tmp_path) == "abc1234"
+    assert git_commit() not in ("unknown", "abc1234")  # inside the checkout git answers

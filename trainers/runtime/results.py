@@ -19,9 +19,17 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def git_commit(root: str | os.PathLike = ROOT) -> str:
-    """The short hash of ``root``'s checked-out commit ("unknown" outside a git checkout)."""
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=False)
-    return out.stdout.strip() or "unknown"
+    """The short hash of ``root``'s checked-out commit.
+
+    Outside a git checkout (a copy of the tree sent to another machine) it is ``$VLA_GYM_COMMIT`` when set, else
+    "unknown".
+    """
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                             check=False).stdout.strip()
+    except FileNotFoundError:  # no git on this machine
+        out = ""
+    return out or os.environ.get("VLA_GYM_COMMIT", "unknown")
 
 
 def repo_relative(path: str | os.PathLike | None) -> str | None:
