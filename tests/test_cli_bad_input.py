@@ -99,6 +99,8 @@ CASES = [
     evaluate("eval-unknown-env-kwarg", "--checkpoint", "{ckpt}", "env.kwargs.foo=1", words=["env.kwargs.foo=1"]),
     evaluate("eval-unknown-env-id", "--checkpoint", "{ckpt}", "env.id=Nope-v1", words=["env.id=Nope-v1"]),
     evaluate("eval-num-envs-0", "--checkpoint", "{ckpt}", "--num-envs", "0", words=["--num-envs"]),
+    evaluate("eval-repeats-greedy", "--checkpoint", "{ckpt}", "--repeats", "3", words=["--repeats", "--stochastic"]),
+    evaluate("eval-repeats-0", "--checkpoint", "{ckpt}", "--stochastic", "--repeats", "0", words=["--repeats"]),
     evaluate("eval-policy-override", "--checkpoint", "{ckpt}", "policy.name=cnn", words=["policy.name"]),
     evaluate("eval-model-not-here", "--checkpoint", "{gone_model}", words=["policy.kwargs.model=/path/to/pi0"]),
     # vla-gym demos

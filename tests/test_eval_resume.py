@@ -1,5 +1,6 @@
 """A killed ``trainers/eval.py`` resumes (trainers/evaluation/episode_log.py): SIGKILL it after some episodes, run the
-same command again, and it plays only the rest; the report equals an uninterrupted run's, greedy and sampled."""
+same command again, and it plays only the rest; the report equals an uninterrupted run's, greedy and sampled.
+``--repeats`` (a start played N times, sampled) is checked on the same checkpoint."""
 from __future__ import annotations
 
 import json
@@ -65,3 +66,16 @@ def test_a_killed_evaluation_resumes_where_it_stopped(checkpoint, tmp_path, mode
     other = subprocess.run(command(checkpoint, out, *mode, "--seed", "1"), cwd=ROOT, capture_output=True, text=True,
                            timeout=300, check=False)  # another plan: evaluated afresh
     assert other.returncode == 0 and "resuming" not in other.stdout
+
+
+def test_repeats_play_each_start_again_with_other_noise(checkpoint, tmp_path):
+    """``--stochastic --repeats 3``: each start (here a seed) three times in a row, the same spec, other noise."""
+    out = tmp_path / "repeats"
+    result = subprocess.run([sys.executable, "trainers/eval.py", "--checkpoint", str(checkpoint), "--episodes-per-task",
+                             "2", "--stochastic", "--repeats", "3", "--out", str(out)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "eval.json").read_text())
+    played = outcomes(out)
+    assert [seed for seed, _, _ in played] == [0, 0, 0, 1, 1, 1] and report["settings"]["repeats"] == 3
+    assert len({ret for _, _, ret in played[:3]}) == 3  # one start, three draws of the noise

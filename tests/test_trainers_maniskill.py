@@ -105,6 +105,9 @@ def test_suite_evaluation_on_libero_init_states(tmp_path):
     assert [s.init_state_id for s in suite_specs(envs, task_ids=[1], first_init_state=45)] == [45, 46, 47, 48, 49]
     with pytest.raises(ValueError, match="first_init_state=50"):
         suite_specs(envs, task_ids=[1], first_init_state=50)
+    repeated = suite_specs(envs, episodes_per_task=2, task_ids=[3], repeats=2)  # eval.py --repeats: the same spec again
+    assert [(s.task_id, s.init_state_id) for s in repeated] == [(3, 0), (3, 0), (3, 1), (3, 1)]
+    assert repeated[0] == repeated[1] != repeated[2]
     policy = make_policy("cnn", envs.single_observation_space, envs.single_action_space, image_features=8,
                          hidden_sizes=[8])
     results = EpisodeRunner(envs, policy).run(specs)

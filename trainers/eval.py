@@ -131,6 +131,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--noise", choices=NOISE_SHAPES, default=None,
                         help="with --stochastic: draw the noise per step or once per action chunk (default: the "
                         "checkpoint's policy.kwargs.noise)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="with --stochastic: play each (task, init state) N times, so that a start's successes "
+                             "out of N estimate its success probability (default 1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="overrides of the checkpoint's config")
@@ -153,9 +156,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--replay: {exc}", file=sys.stderr)
             return 2
         if (args.ood is not None or args.stochastic or args.std is not None or args.noise is not None
-                or args.only_failed_in):
+                or args.only_failed_in or args.repeats != 1):
             print("--replay plays the report's own episodes and settings: drop "
-                  "--ood/--stochastic/--std/--noise/--only-failed-in",
+                  "--ood/--stochastic/--std/--noise/--only-failed-in/--repeats",
                   file=sys.stderr)
             return 2
         settings = plan.settings
@@ -185,6 +188,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if (args.std is not None or args.noise is not None) and not args.stochastic:
         print("trainers/eval.py: --std and --noise set how actions are sampled: add --stochastic", file=sys.stderr)
+        return 2
+    if args.repeats < 1:
+        print(f"trainers/eval.py: --repeats must be >= 1, got {args.repeats}", file=sys.stderr)
+        return 2
+    if args.repeats > 1 and not args.stochastic:
+        print("trainers/eval.py: --repeats plays each start again, and a greedy episode replays exactly: "
+              "add --stochastic", file=sys.stderr)
         return 2
     if args.num_envs < 1:
         print(f"trainers/eval.py: --num-envs must be >= 1, got {args.num_envs}", file=sys.stderr)
@@ -289,7 +299,7 @@ def report_settings(args: argparse.Namespace, world_size: int) -> dict:
     return {"checkpoint": str(checkpoint), "checkpoint_size": stat.st_size, "checkpoint_mtime_ns": stat.st_mtime_ns,
             "episodes_per_task": args.episodes_per_task, "tasks": args.tasks,
             "first_init_state": args.first_init_state, "seed": args.seed, "stochastic": args.stochastic,
-            "std": args.std, "noise": args.noise, "processes": world_size}
+            "std": args.std, "noise": args.noise, "repeats": args.repeats, "processes": world_size}
 
 
 def replay_outcome(plan: ReplayPlan, summary: dict | None, out: pathlib.Path) -> int:
@@ -344,7 +354,7 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
                 print(f"eval.py: --allow-render-shift: the checkpoint was trained on {problem}", file=sys.stderr)
         if specs is None:
             specs = suite_specs(envs, args.episodes_per_task, args.tasks, seed=args.seed,
-                                first_init_state=args.first_init_state)
+                                first_init_state=args.first_init_state, repeats=args.repeats)
             if args.failed_starts is not None:  # each kept episode keeps the seed it has in the full plan
                 specs = [s for s in specs if (s.task_id, s.init_state_id) in args.failed_starts]
                 if not specs:
@@ -369,7 +379,7 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
             envs.single_observation_space, env_kwargs, env_attr(envs, "texture_colorspace")))
         stamp["env"]["wrappers"] = wrappers
         settings = {"checkpoint": str(args.checkpoint), "deterministic": not args.stochastic, "std": args.std,
-                    "noise": args.noise, "seed": args.seed, "num_envs": args.num_envs, "processes": dist.world_size,
+                    "noise": args.noise, "repeats": args.repeats, "seed": args.seed, "num_envs": args.num_envs, "processes": dist.world_size,
                     "render_shift": waived, "only_failed_in": only_failed}
         summary = write_report(gathered, out, header=f"{header} ({len(gathered)} episodes)", receipt=stamp,
                                settings=settings)

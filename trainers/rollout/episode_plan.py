@@ -51,15 +51,25 @@ class EpisodeResult(Episode):
 
 def suite_specs(
     envs: VectorEnv, episodes_per_task: int | None = None, task_ids: Sequence[int] | None = None,
-    seed: int = 0, episodes: int | None = None, first_init_state: int = 0,
+    seed: int = 0, episodes: int | None = None, first_init_state: int = 0, repeats: int = 1,
 ) -> list[EpisodeSpec]:
     """Every (task, init state) of a vla_gym env, or ``episodes`` seeds for envs without a task list.
 
     ``episodes_per_task`` caps the init states per task (tasks whose initial state comes from the seed get
     that many seeds; default 10). ``episodes`` (envs without tasks) defaults to ``episodes_per_task`` or 10.
     ``first_init_state`` K starts each task's fixed initial states at K (``K .. K+episodes_per_task-1``, e.g.
-    held-out states that no demonstration used).
+    held-out states that no demonstration used). ``repeats`` N plays each start N times in a row, the same spec
+    each time: sampled, the episodes differ by the policy's noise only, so a start's successes out of N estimate
+    its success probability.
     """
+    if repeats < 1:
+        raise ValueError(f"repeats={repeats}: play each start at least once")
+    return [spec for spec in _starts(envs, episodes_per_task, task_ids, seed, episodes, first_init_state)
+            for _ in range(repeats)]
+
+
+def _starts(envs: VectorEnv, episodes_per_task: int | None, task_ids: Sequence[int] | None, seed: int,
+            episodes: int | None, first_init_state: int) -> list[EpisodeSpec]:
     tasks = env_attr(envs, "tasks")
     if not tasks:
         return [EpisodeSpec(seed=seed + k) for k in range(episodes or episodes_per_task or 10)]
