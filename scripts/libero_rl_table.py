@@ -8,7 +8,7 @@
 
 A row is one (suite, seed, method, variant, split, mode): the success of the SFT and the RL checkpoint on the same episodes
 (both ``trainers/eval.py`` reports must have played the same (task, init state, seed) list, or the row is refused),
-the init states, the RL run's env steps and wall-clock minutes (summed over its resumed segments, from its
+the tasks and init states, the RL run's env steps and wall-clock minutes (summed over its resumed segments, from its
 TensorBoard ``time/elapsed_s``; a PPO run's decisions of K-step action chunks count K env steps each, an upper
 bound by the unexecuted sub-steps of episode ends), the frames the policies saw (MuJoCo version and texture look,
 from the RL report's receipt: ``3.3.0 linear`` is LIBERO's own), the checkpoints and the commit that measured it. Adding a row with the same key
@@ -144,6 +144,7 @@ def add(args) -> dict:
     row = {
         "suite": args.suite, "seed": args.seed, "method": args.method, "variant": args.variant, "split": args.split,
         "mode": args.mode,
+        "tasks": sorted({task for task, _, _ in sft_played if task is not None}),
         "init_states": sorted({init for _, init, _ in sft_played if init is not None}), "episodes": episodes,
         "sft": round(sft, 4), "rl": round(rl, 4), "env_steps": env_steps, "wall_minutes": minutes, "frames": seen,
         "commit": git_commit(), "sft_checkpoint": relative(sft_checkpoint), "rl_checkpoint": relative(rl_checkpoint),

@@ -61,7 +61,7 @@ def test_a_row_is_written_replaced_and_shown(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert len(rows) == 1
     row = rows[0]
-    assert (row["sft"], row["rl"], row["episodes"], row["init_states"]) == (0.25, 0.75, 4, [0, 1])
+    assert (row["sft"], row["rl"], row["episodes"], row["tasks"], row["init_states"]) == (0.25, 0.75, 4, [0, 1], [0, 1])
     assert (row["env_steps"], row["wall_minutes"]) == (4321, 15.0)
     assert row["rl_checkpoint"].endswith("libero_object_seed0_grpo.pt")  # the exported copies, trained parameters only
     assert torch.load(row["rl_checkpoint"], weights_only=False) == {}  # (this fake checkpoint holds none of them)
