@@ -79,3 +79,12 @@ def test_repeats_play_each_start_again_with_other_noise(checkpoint, tmp_path):
     played = outcomes(out)
     assert [seed for seed, _, _ in played] == [0, 0, 0, 1, 1, 1] and report["settings"]["repeats"] == 3
     assert len({ret for _, _, ret in played[:3]}) == 3  # one start, three draws of the noise
+
+
+def test_a_plan_without_repeats_is_the_plan_logged_before_repeats_existed(checkpoint):
+    """A killed evaluation logged before ``--repeats`` existed resumes: a plain plan has no new key."""
+    from vla_gym.trainers.eval import parse_args, report_settings
+
+    assert "repeats" not in report_settings(parse_args(["--checkpoint", str(checkpoint)]), world_size=1)
+    repeated = parse_args(["--checkpoint", str(checkpoint), "--stochastic", "--repeats", "4"])
+    assert report_settings(repeated, world_size=1)["repeats"] == 4

@@ -296,10 +296,13 @@ def report_settings(args: argparse.Namespace, world_size: int) -> dict:
     selection. A row finished with the same settings is kept when the report is run again (resume)."""
     checkpoint = pathlib.Path(args.checkpoint).resolve()
     stat = checkpoint.stat()
-    return {"checkpoint": str(checkpoint), "checkpoint_size": stat.st_size, "checkpoint_mtime_ns": stat.st_mtime_ns,
-            "episodes_per_task": args.episodes_per_task, "tasks": args.tasks,
-            "first_init_state": args.first_init_state, "seed": args.seed, "stochastic": args.stochastic,
-            "std": args.std, "noise": args.noise, "repeats": args.repeats, "processes": world_size}
+    settings = {"checkpoint": str(checkpoint), "checkpoint_size": stat.st_size, "checkpoint_mtime_ns": stat.st_mtime_ns,
+                "episodes_per_task": args.episodes_per_task, "tasks": args.tasks,
+                "first_init_state": args.first_init_state, "seed": args.seed, "stochastic": args.stochastic,
+                "std": args.std, "noise": args.noise, "processes": world_size}
+    if args.repeats != 1:  # only then: a killed evaluation logged before --repeats existed still resumes
+        settings["repeats"] = args.repeats
+    return settings
 
 
 def replay_outcome(plan: ReplayPlan, summary: dict | None, out: pathlib.Path) -> int:
