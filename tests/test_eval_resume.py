@@ -88,3 +88,45 @@ def test_a_plan_without_repeats_is_the_plan_logged_before_repeats_existed(checkp
     assert "repeats" not in report_settings(parse_args(["--checkpoint", str(checkpoint)]), world_size=1)
     repeated = parse_args(["--checkpoint", str(checkpoint), "--stochastic", "--repeats", "4"])
     assert report_settings(repeated, world_size=1)["repeats"] == 4
+
+
+def test_a_resumed_libero_evaluation_plays_its_episodes_bit_for_bit():
+    """The committed protocol SFT model on LIBERO-Object in 2 async envs, sampled: in the whole run episode 1 shares
+    the policy's batches with episode 0, in a run resumed past episode 0 (EpisodeRunner's ``skip``, as trainers/eval.py
+    resumes) with episode 2. Every proprio state and action of episodes 1 and 2 must come out the same bits (the
+    batch has one shape, and the feature cache encodes whole batches: docs/evaluation.md)."""
+    import torch
+
+    from vla_gym.trainers.rollout.episode_plan import suite_specs
+    from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
+    from vla_gym.trainers.runtime.checkpoint import load_checkpoint, load_policy
+    from vla_gym.trainers.runtime.config import config_from_dict
+    from vla_gym.trainers.runtime.envs import make_envs
+
+    state = load_checkpoint(ROOT / "docs/results/checkpoints/libero_object_seed0_sft_protocol.pt", map_location="cpu")
+    cfg = config_from_dict(state["config"], ["env.vectorization=async"])
+    policy = load_policy(state, "cpu")
+    envs = make_envs(cfg.env, 2, kwargs={**cfg.eval.env_kwargs, "max_episode_steps": 48})
+    try:
+        specs = suite_specs(envs, episodes_per_task=3, task_ids=[0])
+
+        def play(skip):
+            steps = {}
+
+            def record(obs, actions, log_probs, jobs):
+                for row, job in enumerate(jobs):
+                    if job >= 0:
+                        steps.setdefault(int(job), []).append((obs["state"][row].clone(), actions[row].clone()))
+
+            torch.manual_seed(0)  # as trainers/eval.py seeds the episodes' generators
+            EpisodeRunner(envs, policy).run(specs, deterministic=False, recorder=record, skip=skip)
+            return steps
+
+        whole, resumed = play(()), play({0})
+    finally:
+        envs.close()
+    assert sorted(resumed) == [1, 2] and len(whole[1]) == 6
+    for k in (1, 2):
+        assert len(whole[k]) == len(resumed[k])
+        for (state_a, action_a), (state_b, action_b) in zip(whole[k], resumed[k]):
+            assert torch.equal(state_a, state_b) and torch.equal(action_a, action_b), k

@@ -125,3 +125,17 @@ def test_feature_cache_returns_what_the_encoder_gives_under_any_batches_and_evic
     calls.clear()
     cache.get("main", pool, encode)
     assert calls == [] and len(cache) == 30 and len(cache.table) == 64  # all 30 held; the table grew to its size
+
+
+def test_a_cached_batch_mate_does_not_change_a_rows_features():
+    """CPU kernels round by batch size: a row must be encoded in its whole batch even when its batch-mates are
+    cached, or an evaluation's episodes depend on which episodes share their batches (a resumed one would not
+    replay them). The encoder here adds the batch size to make that visible."""
+    from vla_gym.trainers.policies.vla_small import FeatureCache
+
+    encode = lambda images: images.float().mean((1, 2))[:, :, None, None] + len(images)  # noqa: E731
+    a, b = torch.full((1, 4, 4, 3), 10, dtype=torch.uint8), torch.full((1, 4, 4, 3), 20, dtype=torch.uint8)
+    fresh = FeatureCache(8).get("main", torch.cat([a, b]), encode)
+    warm = FeatureCache(8)
+    warm.get("main", b, encode)  # b's features are cached, a's are not
+    torch.testing.assert_close(warm.get("main", torch.cat([a, b]), encode)[0], fresh[0], rtol=0, atol=0)

@@ -219,7 +219,11 @@ class FeatureCache:
         missing = [key for key in first if key not in self.slots]
         if missing:
             with torch.no_grad():
-                fresh = encode(images[torch.tensor([first[key] for key in missing], device=images.device)])
+                # the whole batch, not only its missing rows: CPU kernels round by batch size, so a row encoded
+                # alone (its batch-mate cached) differs in the last bits, and an evaluation's episodes would then
+                # depend on which episodes shared their batches (a resumed evaluation would not replay them)
+                encoded = encode(images)
+            fresh = encoded[torch.tensor([first[key] for key in missing], device=encoded.device)]
             rows = []
             for key in missing:
                 rows.append(self._free_row(fresh))
