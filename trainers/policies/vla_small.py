@@ -184,8 +184,9 @@ class FeatureCache:
     The maps live in one float16 table on the images' device, ``[capacity, *map_shape]``, which doubles as entries
     arrive, up to ``size`` rows: an evicted entry's row is reused, so a full cache allocates nothing more (one
     tensor per entry, 40 KB each, freed in LRU order among the rollouts' arrays, is the suspect of a trainer heap
-    that grew after the cache was full: docs/reliability.md). ``size=0`` disables it (a trained encoder must not be
-    cached).
+    that grew after the cache was full: docs/reliability.md). A batch with any new image is encoded whole, so a row's
+    features do not depend on which of its batch-mates were cached (a resumed evaluation replays: docs/evaluation.md).
+    ``size=0`` disables it (a trained encoder must not be cached).
 
         >>> cache = FeatureCache(2)
         >>> encode = lambda x: x.float().mean((1, 2))[:, :, None, None]        # any batch -> [N, C, 1, 1]
