@@ -22,7 +22,7 @@ import sys
 
 from vla_gym.runtime.cli_args import script_parser
 from vla_gym.trainers.evaluation.stats import wilson_interval
-from vla_gym.trainers.runtime.checkpoint import save_policy_only
+from vla_gym.trainers.runtime.checkpoint import export_policy
 from vla_gym.trainers.runtime.results import git_commit, repo_relative, write_results
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -138,9 +138,9 @@ def add(args) -> dict:
     if args.export_dir:  # the models themselves, trained parameters only, beside the results
         stem = f"libero_{args.suite}_seed{args.seed}"
         sft_name = f"{stem}_sft{'_' + args.sft_variant if args.sft_variant else ''}.pt"
-        sft_checkpoint = str(save_policy_only(sft_checkpoint, pathlib.Path(args.export_dir) / sft_name))
+        sft_checkpoint = str(export_policy(sft_checkpoint, args.export_dir, sft_name))
         rl_name = f"{stem}_{args.method}{'_' + args.variant if args.variant else ''}.pt"
-        rl_checkpoint = str(save_policy_only(rl_checkpoint, pathlib.Path(args.export_dir) / rl_name))
+        rl_checkpoint = str(export_policy(rl_checkpoint, args.export_dir, rl_name))
     row = {
         "suite": args.suite, "seed": args.seed, "method": args.method, "variant": args.variant, "split": args.split,
         "mode": args.mode,
@@ -198,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
                                                          "RFT run's rft.json and round_R/)")
     adding.add_argument("--rl-checkpoint", help="default: the run's newest checkpoint")
     adding.add_argument("--export-dir", help="also save both models there, trained parameters only (for committing), "
-                                             "and point the row at those copies, e.g. docs/results/checkpoints")
+                                             "and point the row at those copies, e.g. docs/results/checkpoints; a "
+                                             "model already there (equal parameters) is not saved again")
     adding.add_argument("--out", default=str(RESULTS))
     showing = sub.add_parser("table", help="print the Markdown table")
     showing.add_argument("--out", default=str(RESULTS))

@@ -156,12 +156,12 @@ def measure(args) -> list[dict]:
             new.append(make_row(args, split, mode, goals, sft_eval, rl_eval, (args.sft_checkpoint, rl_checkpoint),
                                 budget))
     if args.export_dir:  # the models themselves, trained parameters only, beside the results
-        from vla_gym.trainers.runtime.checkpoint import save_policy_only
+        from vla_gym.trainers.runtime.checkpoint import export_policy
 
         stem = f"metaworld_{SUITE}_seed{args.seed}"
-        sft_copy = save_policy_only(args.sft_checkpoint, pathlib.Path(args.export_dir) / f"{stem}_sft.pt")
+        sft_copy = export_policy(args.sft_checkpoint, args.export_dir, f"{stem}_sft.pt")
         rl_name = f"{stem}_{args.method}{'_' + args.variant if args.variant else ''}.pt"
-        rl_copy = save_policy_only(rl_checkpoint, pathlib.Path(args.export_dir) / rl_name)
+        rl_copy = export_policy(rl_checkpoint, args.export_dir, rl_name)
         for row in new:
             row["sft_checkpoint"], row["rl_checkpoint"] = libero_table.relative(str(sft_copy)), libero_table.relative(str(rl_copy))
     data = libero_table.load(path)

@@ -1,6 +1,7 @@
 """Simulator-free pieces of the trainers: advantages, losses, distributions, policies, config, buffer, checkpoints."""
 import math
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -26,6 +27,7 @@ from vla_gym.trainers.rollout.buffer import RolloutBuffer
 from vla_gym.trainers.runtime.checkpoint import (
     Checkpointer,
     CheckpointError,
+    export_policy,
     load_checkpoint,
     rng_state,
     set_rng_state,
@@ -343,6 +345,28 @@ def test_an_unreadable_checkpoint_is_named_and_skipped(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint file"):
         load_checkpoint(tmp_path / "missing.pt")
     assert Checkpointer(tmp_path / "empty").load_newest_readable() is None
+
+
+def test_a_model_exported_twice_is_stored_once(tmp_path):
+    """Re-exporting a model (another result row of the same SFT) returns the file that holds it, untouched."""
+    def run_checkpoint(name: str, weight: float) -> pathlib.Path:
+        path = tmp_path / "run" / name
+        torch.save({"policy": {"w": torch.full((3,), weight)}, "policy_name": "mlp", "optimizer": {"m": 1}}, path)
+        return path
+
+    (tmp_path / "run").mkdir()
+    models = tmp_path / "models"
+    sft = export_policy(run_checkpoint("sft.pt", 1.0), models, "suite_sft.pt")
+    assert sft.name == "suite_sft.pt" and "optimizer" not in load_checkpoint(sft)
+    written = sft.stat().st_mtime_ns
+    (models / "damaged.pt").write_bytes(b"cut short")
+    assert export_policy(run_checkpoint("sft.pt", 1.0), models, "suite_sft_protocol.pt") == sft  # same parameters
+    assert export_policy(sft, models, "suite_sft.pt") == sft and sft.stat().st_mtime_ns == written
+    rl = export_policy(run_checkpoint("rl.pt", 2.0), models, "suite_rl.pt")  # other parameters: a file of its own
+    assert rl.name == "suite_rl.pt" and torch.equal(load_checkpoint(rl)["policy"]["w"], torch.full((3,), 2.0))
+    assert sorted(p.name for p in models.iterdir()) == ["damaged.pt", "suite_rl.pt", "suite_sft.pt"]
+    assert export_policy(run_checkpoint("rl.pt", 3.0), models, "suite_rl.pt") == rl  # a newer model replaces it
+    assert torch.equal(load_checkpoint(rl)["policy"]["w"], torch.full((3,), 3.0))
 
 
 def test_rng_state_round_trip():

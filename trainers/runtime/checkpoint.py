@@ -111,6 +111,35 @@ def save_policy_only(checkpoint: str | os.PathLike, path: str | os.PathLike) -> 
     return atomic_save({key: state[key] for key in POLICY_KEYS if key in state}, path)
 
 
+def export_policy(checkpoint: str | os.PathLike, directory: str | os.PathLike, name: str) -> pathlib.Path:
+    """:func:`save_policy_only` into ``directory / name``, unless a ``.pt`` file there already holds the same trained
+    parameters: then that file is returned and nothing is written (``name`` first, then the others by name). A model
+    exported for several result rows is stored once, and re-exporting it leaves the committed file as it is.
+
+    >>> export_policy("runs/x/sft/final.pt", "docs/results/checkpoints", "libero_object_seed0_sft.pt")   # doctest: +SKIP
+    """
+    directory = pathlib.Path(directory)
+    parameters = load_checkpoint(checkpoint).get("policy")
+    candidates = sorted(directory.glob("*.pt"), key=lambda path: (path.name != name, path.name)) if parameters else []
+    for candidate in candidates:
+        try:
+            if same_parameters(parameters, load_checkpoint(candidate).get("policy", {})):
+                return candidate
+        except CheckpointError:  # a damaged file is no match (and is overwritten when it bears ``name``)
+            continue
+    return save_policy_only(checkpoint, directory / name)
+
+
+def same_parameters(first: dict[str, Any], second: dict[str, Any]) -> bool:
+    """Whether two state dicts hold the same keys and equal tensors (values, shapes and dtypes)."""
+    def equal(a: Any, b: Any) -> bool:
+        if torch.is_tensor(a) and torch.is_tensor(b):
+            return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+        return not torch.is_tensor(a) and not torch.is_tensor(b) and a == b
+
+    return first.keys() == second.keys() and all(equal(first[key], second[key]) for key in first)
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> pathlib.Path:
     """Write ``text`` to ``path`` through a temporary file (``.<name>.<pid>.tmp``), fsync and a rename: a reader
     never sees half a file (reports: ``eval.json``, ``eval.md``, ``ood.json``)."""
