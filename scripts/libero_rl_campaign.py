@@ -189,7 +189,19 @@ class Campaign:
             self.train_grpo()
         if self.rl_steps_done() < self.args.rl_steps:
             return
+        self.slim_finished_grpo()
         self.evaluate_pairs()
+
+    def slim_finished_grpo(self) -> None:
+        """GRPO has its env steps: its checkpoint drops the optimizer state (two thirds of its size, and the campaign
+        folder is committed). The policy, counters and RNG states stay, so the evaluations and rows are unchanged; a
+        larger ``--rl-steps`` resumes from it with a fresh Adam."""
+        from vla_gym.trainers.runtime.checkpoint import atomic_save, load_checkpoint
+
+        checkpoint = self.rl_checkpoint()
+        state = load_checkpoint(checkpoint)
+        if state.get("optimizer") is not None:
+            atomic_save({**state, "optimizer": None}, checkpoint)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ import json
 import subprocess
 
 import pytest
+import torch
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("libero")
@@ -56,6 +57,8 @@ def test_campaign_runs_in_short_form_resumes_and_writes_the_rows(tmp_path):
     assert second.stdout[:first_row].count("trainers/eval.py") == 2  # SFT and RL of one (split, mode), then its row
     checkpoints = sorted((state / "grpo" / "checkpoints").glob("ckpt_*.pt"))
     assert len(checkpoints) == 1 and (state / "grpo" / "tensorboard").is_dir()  # keep_last=1, in the campaign folder
+    finished = torch.load(checkpoints[0], weights_only=False)  # slimmed for committing once GRPO had its steps
+    assert finished["optimizer"] is None and finished["counters"]["num_timesteps"] >= 16
     report = json.loads((state / "evals" / "rl_heldout_sampled" / "eval.json").read_text())
     assert report["settings"]["checkpoint"] == str(checkpoints[0]) and report["settings"]["deterministic"] is False
     assert report["settings"]["std"] == 0.05

@@ -129,6 +129,21 @@ def test_resume_restores_model_optimizer_counters_and_rng(tmp_path):
     resumed.close()
 
 
+def test_a_checkpoint_without_optimizer_state_resumes_with_a_fresh_adam(tmp_path):
+    """A finished campaign's committed checkpoint drops its Adam moments (optimizer None): more steps still resume."""
+    from vla_gym.trainers.runtime.checkpoint import atomic_save
+
+    cfg = config_from_dict({"env": {"num_envs": 2}, "ppo": {"n_steps": 16, "batch_size": 16, "n_epochs": 1},
+                            "run_dir": str(tmp_path), "name": "s", "logging": {"progress_bar": False},
+                            "checkpoint": {"every": 1, "resume": "auto", "keep_last": 1}, "eval": {"episodes": 0}})
+    PPO.from_config(cfg).learn(32).close()
+    (newest,) = (tmp_path / "s" / "checkpoints").glob("ckpt_*.pt")
+    atomic_save({**load_checkpoint(newest), "optimizer": None}, newest)
+    resumed = PPO.from_config(cfg).learn(64)
+    assert (resumed.num_updates, resumed.num_timesteps) == (2, 64) and resumed.optimizer.state_dict()["state"]
+    resumed.close()
+
+
 def test_resume_falls_back_past_an_unreadable_checkpoint(tmp_path, capsys):
     from vla_gym.trainers.eval import main as eval_main
 

@@ -310,7 +310,8 @@ class OnPolicyAlgorithm(SB3Interface):
         must match this run's env: :class:`~vla_gym.trainers.runtime.contract.ContractError` otherwise)."""
         check_contract(checkpoint_contract(state), self.contract, "checkpoint.resume")
         self.dist.load_full_state_dict(self.policy, state["policy"])
-        self.dist.load_full_optimizer_state_dict(self.policy, self.optimizer, state["optimizer"])
+        if state["optimizer"] is not None:  # None: a finished run's slimmed checkpoint; Adam starts afresh
+            self.dist.load_full_optimizer_state_dict(self.policy, self.optimizer, state["optimizer"])
         self.num_timesteps = state["counters"]["num_timesteps"]
         self.num_updates = state["counters"]["num_updates"]
         self.load_extra_state(state.get("extra") or {})
