@@ -349,9 +349,10 @@ def test_an_unreadable_checkpoint_is_named_and_skipped(tmp_path):
 
 def test_a_model_exported_twice_is_stored_once(tmp_path):
     """Re-exporting a model (another result row of the same SFT) returns the file that holds it, untouched."""
-    def run_checkpoint(name: str, weight: float) -> pathlib.Path:
+    def run_checkpoint(name: str, weight: float, noise: str = "step") -> pathlib.Path:
         path = tmp_path / "run" / name
-        torch.save({"policy": {"w": torch.full((3,), weight)}, "policy_name": "mlp", "optimizer": {"m": 1}}, path)
+        torch.save({"policy": {"w": torch.full((3,), weight)}, "policy_name": "mlp", "policy_kwargs": {"noise": noise},
+                    "optimizer": {"m": 1}}, path)
         return path
 
     (tmp_path / "run").mkdir()
@@ -365,6 +366,9 @@ def test_a_model_exported_twice_is_stored_once(tmp_path):
     rl = export_policy(run_checkpoint("rl.pt", 2.0), models, "suite_rl.pt")  # other parameters: a file of its own
     assert rl.name == "suite_rl.pt" and torch.equal(load_checkpoint(rl)["policy"]["w"], torch.full((3,), 2.0))
     assert sorted(p.name for p in models.iterdir()) == ["damaged.pt", "suite_rl.pt", "suite_sft.pt"]
+    chunked = export_policy(run_checkpoint("chunk.pt", 1.0, noise="chunk"), models, "suite_sft_chunk.pt")
+    assert chunked.name == "suite_sft_chunk.pt"  # the same weights built another way are another model
+    chunked.unlink()
     assert export_policy(run_checkpoint("rl.pt", 3.0), models, "suite_rl.pt") == rl  # a newer model replaces it
     assert torch.equal(load_checkpoint(rl)["policy"]["w"], torch.full((3,), 3.0))
 

@@ -107,37 +107,41 @@ def save_policy_only(checkpoint: str | os.PathLike, path: str | os.PathLike) -> 
 
     >>> save_policy_only("runs/x/checkpoints/ckpt_00000040.pt", "docs/results/checkpoints/x.pt")   # doctest: +SKIP
     """
-    state = load_checkpoint(checkpoint)
-    return atomic_save({key: state[key] for key in POLICY_KEYS if key in state}, path)
+    return atomic_save(_policy_only(load_checkpoint(checkpoint)), path)
 
 
 def export_policy(checkpoint: str | os.PathLike, directory: str | os.PathLike, name: str) -> pathlib.Path:
-    """:func:`save_policy_only` into ``directory / name``, unless a ``.pt`` file there already holds the same trained
-    parameters: then that file is returned and nothing is written (``name`` first, then the others by name). A model
-    exported for several result rows is stored once, and re-exporting it leaves the committed file as it is.
+    """:func:`save_policy_only` into ``directory / name``, unless a ``.pt`` file there already holds the same model
+    (equal trained parameters, ``policy_name`` and ``policy_kwargs``): then that file is returned and nothing is
+    written (``name`` first, then the others by name). A model exported for several result rows is stored once, and
+    re-exporting it leaves the committed file as it is.
 
     >>> export_policy("runs/x/sft/final.pt", "docs/results/checkpoints", "libero_object_seed0_sft.pt")   # doctest: +SKIP
     """
     directory = pathlib.Path(directory)
-    parameters = load_checkpoint(checkpoint).get("policy")
-    candidates = sorted(directory.glob("*.pt"), key=lambda path: (path.name != name, path.name)) if parameters else []
-    for candidate in candidates:
+    exported = _policy_only(load_checkpoint(checkpoint))
+    candidates = sorted(directory.glob("*.pt"), key=lambda path: (path.name != name, path.name))
+    for candidate in candidates if exported.get("policy") else []:
         try:
-            if same_parameters(parameters, load_checkpoint(candidate).get("policy", {})):
+            if _same_model(exported, load_checkpoint(candidate)):
                 return candidate
         except CheckpointError:  # a damaged file is no match (and is overwritten when it bears ``name``)
             continue
-    return save_policy_only(checkpoint, directory / name)
+    return atomic_save(exported, directory / name)
 
 
-def same_parameters(first: dict[str, Any], second: dict[str, Any]) -> bool:
-    """Whether two state dicts hold the same keys and equal tensors (values, shapes and dtypes)."""
-    def equal(a: Any, b: Any) -> bool:
-        if torch.is_tensor(a) and torch.is_tensor(b):
-            return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-        return not torch.is_tensor(a) and not torch.is_tensor(b) and a == b
+def _policy_only(state: dict[str, Any]) -> dict[str, Any]:
+    return {key: state[key] for key in POLICY_KEYS if key in state}
 
-    return first.keys() == second.keys() and all(equal(first[key], second[key]) for key in first)
+
+def _same_model(first: dict[str, Any], second: dict[str, Any]) -> bool:
+    """Equal ``policy_name``, ``policy_kwargs`` and trained parameters (keys, dtypes, shapes and values)."""
+    if (first.get("policy_name"), first.get("policy_kwargs")) != (second.get("policy_name"), second.get("policy_kwargs")):
+        return False
+    mine, theirs = first["policy"], second.get("policy") or {}
+    return mine.keys() == theirs.keys() and all(
+        torch.is_tensor(mine[key]) and torch.is_tensor(theirs[key]) and mine[key].dtype == theirs[key].dtype
+        and mine[key].shape == theirs[key].shape and torch.equal(mine[key], theirs[key]) for key in mine)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> pathlib.Path:
