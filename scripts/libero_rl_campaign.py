@@ -10,7 +10,9 @@ The anchors' protocol in miniature (issue 28, docs/libero_miniature.md), each st
 1. **demos**: ``vla-gym demos`` of the scripted expert on init states 0-2 of every task (3 per task, DART noise
    0.1, main camera 128 px), into ``runs/`` (rebuilt when missing: they only feed step 2);
 2. **sft**: ``trainers/sft.py`` on them for 2,400 steps (fitted: the control of the RFT runs), exported
-   (trained parameters only) to the campaign's ``sft.pt``; or ``--sft-checkpoint`` adopts one;
+   (trained parameters only) to ``docs/results/checkpoints/`` (``--export-dir``), where the rows point; or
+   ``--sft-checkpoint`` adopts one (exported the same way: an equal model already there is reused, not copied).
+   The campaign's ``sft.txt`` names that file: each model is stored once;
 3. **grpo**: ``trainers/grpo.py`` with ``examples/configs/libero_object_miniature_grpo_v3.yaml`` from ``sft.pt``,
    groups drawn from init states 0-39 (``grpo.train_init_states=40``), until ``--rl-steps`` env steps (400,000:
    about 2 hours on 2 idle cores at 58 env steps/s). It comes before the evaluations because it is the long
@@ -23,8 +25,8 @@ The anchors' protocol in miniature (issue 28, docs/libero_miniature.md), each st
    ``protocol``), both models exported to ``docs/results/checkpoints/``. Rows land one by one, training starts
    greedy first.
 
-Everything a later step needs lives under ``docs/results/libero_rl_campaign/<suite>_s<seed>/`` (``--state``): the SFT
-model, the evaluation reports (a stopped evaluation resumes from its ``partial/`` episodes), and the GRPO run itself
+Everything a later step needs lives under ``docs/results/libero_rl_campaign/<suite>_s<seed>/`` (``--state``): which SFT
+model (``sft.txt``), the evaluation reports (a stopped evaluation resumes from its ``partial/`` episodes), and the GRPO run itself
 (its newest checkpoint, ``checkpoint.keep_last=1``, about 7 MB, and its TensorBoard). Commit that folder when a
 session ends; the same command on a fresh clone goes on from there, each step skipped when its output exists.
 ``--minutes`` stops starting new steps after that long and gives the GRPO run the rest as ``time_limit_s``.
@@ -65,8 +67,19 @@ class Campaign:
         return pathlib.Path(self.args.demos).resolve() if self.args.demos else self.work / "demos"
 
     @property
-    def sft(self) -> pathlib.Path:
-        return self.state / "sft.pt"
+    def sft(self) -> pathlib.Path | None:
+        """The campaign's SFT model, the file ``sft.txt`` names (relative to the repository); None before step 2."""
+        pointer = self.state / "sft.txt"
+        return ROOT / pointer.read_text().strip() if pointer.is_file() else None
+
+    def keep_sft(self, checkpoint: str | pathlib.Path) -> None:
+        """Export ``checkpoint`` beside the results (once: an equal model there is reused) and name it in ``sft.txt``."""
+        from vla_gym.trainers.runtime.checkpoint import atomic_write_text, export_policy
+
+        name = f"libero_{self.args.suite}_seed{self.args.seed}_sft_protocol.pt"
+        model = export_policy(checkpoint, self.args.export_dir, name).resolve()
+        self.state.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.state / "sft.txt", f"{model.relative_to(ROOT) if model.is_relative_to(ROOT) else model}\n")
 
     @property
     def grpo_run(self) -> pathlib.Path:
@@ -101,14 +114,12 @@ class Campaign:
              *self.task_flags(), "--out", str(self.demos)])
 
     def fit_sft(self) -> None:
-        from vla_gym.trainers.runtime.checkpoint import save_policy_only
-
         if not (self.demos / "meta").is_dir():
             self.make_demos()
         run([sys.executable, "trainers/sft.py", "--config", SFT_CONFIG, f"env.id={self.env_id}",
              f"run_dir={self.work}", "name=sft", f"sft.dataset={self.demos}", f"seed={self.args.seed}",
              "sft.epochs=100", "sft.max_steps=2400", *self.args.sft_override])
-        save_policy_only(self.work / "sft" / "final.pt", self.sft)
+        self.keep_sft(self.work / "sft" / "final.pt")
 
     def evaluated(self, who: str, split: str, mode: str, checkpoint: pathlib.Path | None) -> bool:
         """Whether that report is finished and of ``checkpoint`` (a longer GRPO run has a newer one)."""
@@ -170,17 +181,15 @@ class Campaign:
         checkpoints = {"sft": self.sft, "rl": self.rl_checkpoint()}
         evals = [(f"{who} {split} {mode}", self.evaluated(who, split, mode, checkpoints[who]))
                  for split in self.splits for mode in MODES for who in ("sft", "rl")]
-        steps = [("sft", self.sft.is_file()),
+        steps = [("sft", self.sft is not None and self.sft.is_file()),
                  (f"grpo ({self.rl_steps_done():,} of {self.args.rl_steps:,} env steps)",
                   self.rl_steps_done() >= self.args.rl_steps), *evals]
         return steps
 
     def run_all(self) -> None:
-        if not self.sft.is_file():
+        if self.sft is None:
             if self.args.sft_checkpoint:
-                from vla_gym.trainers.runtime.checkpoint import save_policy_only
-
-                save_policy_only(self.args.sft_checkpoint, self.sft)
+                self.keep_sft(self.args.sft_checkpoint)
             else:
                 self.fit_sft()
         if self.out_of_time():

@@ -46,7 +46,8 @@ def test_campaign_runs_in_short_form_resumes_and_writes_the_rows(tmp_path):
     state = tmp_path / "state"
 
     first = campaign(tmp_path, "--minutes", "0.001")  # out of time once the SFT is fitted
-    assert (state / "sft.pt").is_file() and not (state / "evals").exists()
+    sft = tmp_path / "exported" / "libero_object_seed0_sft_protocol.pt"  # exported once, named by the campaign
+    assert (state / "sft.txt").read_text().strip() == str(sft) and sft.is_file() and not (state / "evals").exists()
     assert "[x] sft" in first.stdout and "[ ] grpo (0 of 16" in first.stdout and "in progress" in first.stdout
     assert first.stdout.index("] grpo") < first.stdout.index("] sft train greedy")  # the long step comes first
 
@@ -67,7 +68,10 @@ def test_campaign_runs_in_short_form_resumes_and_writes_the_rows(tmp_path):
                                                              ("train", "greedy"), ("train", "sampled")]
     assert {(r["method"], r["variant"], r["episodes"], r["env_steps"]) for r in rows} == {("grpo", "protocol", 1, 16)}
     assert {r["init_states"][0] for r in rows} == {0, 40}
-    assert (tmp_path / "exported" / "libero_object_seed0_grpo_protocol.pt").is_file()
+    assert {r["sft_checkpoint"] for r in rows} == {str(sft)}  # the rows point at the campaign's one SFT file
+    assert sorted(path.name for path in (tmp_path / "exported").iterdir()) == [
+        "libero_object_seed0_grpo_protocol.pt", "libero_object_seed0_sft_protocol.pt"]
+    assert not list(state.glob("*.pt"))  # no second copy of a model in the campaign folder
     assert "complete" in second.stdout
 
     third = campaign(tmp_path, timeout=300)
