@@ -134,3 +134,11 @@ def test_docs_show_the_campaign_rows():
         assert line in docs, f"docs/libero_miniature.md lacks the measured row {line}"
         sft, rl = (cell.strip() for cell in line.split("|")[7:9])
         assert f"{sft} -> {rl}" in readme, f"README.md lacks {sft} -> {rl}"
+
+
+def test_every_committed_row_names_models_that_are_in_the_repository():
+    """Issue 28's rows carry their models so anyone can re-evaluate them; a row whose models were lost says so."""
+    rows = json.loads((ROOT / "docs" / "results" / "libero_rl.json").read_text())["rows"]
+    missing = [(row["variant"], row["split"], row["mode"], path) for row in rows if not row.get("models_lost")
+               for path in (row["sft_checkpoint"], row["rl_checkpoint"]) if not (ROOT / path).is_file()]
+    assert not missing, f"rows point at models that are not committed: {missing}"
