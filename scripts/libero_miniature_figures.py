@@ -1,4 +1,4 @@
-"""Figures of docs/libero_miniature.md from its runs: GRPO's curve and a grid of held-out evaluation videos.
+"""Figures of the LIBERO miniature runs (docs/libero_miniature_mujoco317.md): GRPO's curve and a grid of held-out evaluation videos.
 
     python scripts/libero_miniature_figures.py --grpo runs/libero_miniature/grpo \
         --before runs/libero_miniature/eval_sft --after runs/libero_miniature/eval_grpo \

@@ -1,4 +1,4 @@
-"""scripts/libero_miniature_figures.py (docs/libero_miniature.md's curve and video grids) in a short form.
+"""scripts/libero_miniature_figures.py (the LIBERO miniature's curve and video grids) in a short form.
 
 The inputs are small files laid out as trainers/eval.py and GRPO write them (eval.json + MP4s, a TensorBoard log);
 the training runs themselves are the configs' short forms in tests/test_examples.py and tests/test_sft.py.
