@@ -3,6 +3,10 @@
     python scripts/libero_miniature_figures.py --grpo runs/libero_miniature/grpo \
         --before runs/libero_miniature/eval_sft --after runs/libero_miniature/eval_grpo \
         --out docs/figures/libero_miniature
+    python scripts/libero_miniature_figures.py --grpo docs/results/libero_rl_campaign/object_s0/grpo \
+        --before docs/results/libero_rl_campaign/object_s0/evals/sft_train_greedy \
+        --after docs/results/libero_rl_campaign/object_s0/evals/rl_train_greedy \
+        --out docs/figures/libero_protocol_object_s0 --no-grids      # a campaign's curve (its evaluations have no videos)
 
 writes ``<out>_curve.png`` (success of GRPO's sampled rollouts per update, with the greedy held-out success
 before and after as lines), ``<out>_curve.md`` (the same per update, as a Markdown table) and, for each of
@@ -102,6 +106,8 @@ def main(argv=None) -> int:
     parser.add_argument("--before", required=True, help="trainers/eval.py output of the SFT checkpoint")
     parser.add_argument("--after", required=True, help="trainers/eval.py output of the GRPO checkpoint")
     parser.add_argument("--out", required=True, help="path prefix of the figures")
+    parser.add_argument("--no-grids", action="store_true",
+                        help="the curve only (evaluations played with --video-episodes 0, as the campaign's)")
     args = parser.parse_args(argv)
     out = pathlib.Path(args.out)
     before, after = overall(pathlib.Path(args.before)), overall(pathlib.Path(args.after))
@@ -110,7 +116,7 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     example.plot_curve(curve, before, after, out.with_name(out.name + "_curve.png"))
     out.with_name(out.name + "_curve.md").write_text(curve_table(curve))
-    for name, eval_dir in (("sft", args.before), ("grpo", args.after)):
+    for name, eval_dir in () if args.no_grids else (("sft", args.before), ("grpo", args.after)):
         path = video_grid(pathlib.Path(eval_dir), out.with_name(f"{out.name}_{name}_grid.gif"))
         print(f"{path} ({path.stat().st_size / 1e3:.0f} kB)")
     print(f"SFT {before['success_rate']:.3f} -> GRPO {after['success_rate']:.3f} over {after['episodes']} episodes")

@@ -66,3 +66,10 @@ def test_figures_from_eval_dirs_and_a_grpo_log(tmp_path):
         first = np.asarray(gif.convert("RGB")).astype(int)
         for x, colour in ((1, green), (w + 7, task_1)):  # tiles' frames: green success, red failure
             assert np.abs(first[1, x] - colour).max() < 12, (name, x, first[1, x])
+
+    curve_only = subprocess.run([sys.executable, "scripts/libero_miniature_figures.py", "--grpo", str(tmp_path / "grpo"),
+                                 "--before", str(before), "--after", str(after), "--out", str(out) + "_curve_only",
+                                 "--no-grids"], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert curve_only.returncode == 0, curve_only.stderr[-3000:]
+    assert (tmp_path / "figures" / "mini_curve_only_curve.png").is_file()
+    assert not list((tmp_path / "figures").glob("mini_curve_only_*grid.gif"))  # the campaign's evals have no videos
