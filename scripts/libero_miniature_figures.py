@@ -6,7 +6,7 @@
     python scripts/libero_miniature_figures.py --grpo docs/results/libero_rl_campaign/object_s0/grpo \
         --before docs/results/libero_rl_campaign/object_s0/evals/sft_train_greedy \
         --after docs/results/libero_rl_campaign/object_s0/evals/rl_train_greedy \
-        --out docs/figures/libero_protocol_object_s0 --no-grids      # a campaign's curve (its evaluations have no videos)
+        --out docs/results/libero_rl_campaign/object_s0/grpo --no-grids   # a campaign's curve (scripts/libero_rl_campaign.py)
 
 writes ``<out>_curve.png`` (success of GRPO's sampled rollouts per update, with the greedy held-out success
 before and after as lines), ``<out>_curve.md`` (the same per update, as a Markdown table) and, for each of

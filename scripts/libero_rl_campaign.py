@@ -23,7 +23,9 @@ The anchors' protocol in miniature (issue 28, docs/libero_miniature.md), each st
    ones (40-49, 100 episodes), greedy or sampled (std 0.05 per step, GRPO's exploration noise); then that pair's
    row, ``scripts/libero_rl_table.py add`` into ``docs/results/libero_rl.json`` (method ``grpo``, variant
    ``protocol``), both models exported to ``docs/results/checkpoints/``. Rows land one by one, training starts
-   greedy first.
+   greedy first;
+5. **curve**: ``scripts/libero_miniature_figures.py --no-grids``: ``grpo_curve.png`` / ``.md`` in the campaign
+   folder, the success of GRPO's rollouts per update with the greedy evaluations on the training starts as lines.
 
 Everything a later step needs lives under ``docs/results/libero_rl_campaign/<suite>_s<seed>/`` (``--state``): which SFT
 model (``sft.txt``), the evaluation reports (a stopped evaluation resumes from its ``partial/`` episodes), and the GRPO run itself
@@ -173,6 +175,15 @@ class Campaign:
              "--sft-variant", "protocol", "--rl-run", str(self.grpo_run),
              "--export-dir", self.args.export_dir, "--out", self.args.results])
 
+    @property
+    def curve(self) -> pathlib.Path:
+        return self.state / "grpo_curve.png"
+
+    def draw_curve(self) -> None:
+        run([sys.executable, "scripts/libero_miniature_figures.py", "--grpo", str(self.grpo_run),
+             "--before", str(self.eval_dir("sft", "train", "greedy")), "--after", str(self.eval_dir("rl", "train", "greedy")),
+             "--out", str(self.grpo_run), "--no-grids"])
+
     def task_flags(self) -> list[str]:
         return ["--tasks", self.args.tasks] if self.args.tasks else []
 
@@ -183,7 +194,7 @@ class Campaign:
                  for split in self.splits for mode in MODES for who in ("sft", "rl")]
         steps = [("sft", self.sft is not None and self.sft.is_file()),
                  (f"grpo ({self.rl_steps_done():,} of {self.args.rl_steps:,} env steps)",
-                  self.rl_steps_done() >= self.args.rl_steps), *evals]
+                  self.rl_steps_done() >= self.args.rl_steps), *evals, ("curve", self.curve.is_file())]
         return steps
 
     def run_all(self) -> None:
@@ -200,6 +211,8 @@ class Campaign:
             return
         self.slim_finished_grpo()
         self.evaluate_pairs()
+        if not self.curve.is_file() and all(done for _, done in self.status()[:-1]):
+            self.draw_curve()
 
     def slim_finished_grpo(self) -> None:
         """GRPO has its env steps: its checkpoint drops the optimizer state (two thirds of its size, and the campaign

@@ -72,6 +72,7 @@ def test_campaign_runs_in_short_form_resumes_and_writes_the_rows(tmp_path):
     assert sorted(path.name for path in (tmp_path / "exported").iterdir()) == [
         "libero_object_seed0_grpo_protocol.pt", "libero_object_seed0_sft_protocol.pt"]
     assert not list(state.glob("*.pt"))  # no second copy of a model in the campaign folder
+    assert (state / "grpo_curve.png").is_file() and "| 1 |" in (state / "grpo_curve.md").read_text()  # step 5
     assert "complete" in second.stdout
 
     third = campaign(tmp_path, timeout=300)
