@@ -13,7 +13,7 @@ The anchors' protocol in miniature (issue 28, docs/libero_miniature.md), each st
    (trained parameters only) to ``docs/results/checkpoints/`` (``--export-dir``), where the rows point; or
    ``--sft-checkpoint`` adopts one (exported the same way: an equal model already there is reused, not copied).
    The campaign's ``sft.txt`` names that file: each model is stored once;
-3. **grpo**: ``trainers/grpo.py`` with ``examples/configs/libero_object_miniature_grpo_v3.yaml`` from ``sft.pt``,
+3. **grpo**: ``trainers/grpo.py`` with ``examples/configs/libero_object_miniature_grpo_v3.yaml`` from that SFT,
    groups drawn from init states 0-39 (``grpo.train_init_states=40``), until ``--rl-steps`` env steps (400,000:
    about 2 hours on 2 idle cores at 58 env steps/s). It comes before the evaluations because it is the long
    step: a session gives it its unbroken hours (one process, so its TensorBoard is also the memory curve of an
