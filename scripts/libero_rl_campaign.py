@@ -77,11 +77,12 @@ class Campaign:
     def keep_sft(self, checkpoint: str | pathlib.Path) -> None:
         """Export ``checkpoint`` beside the results (once: an equal model there is reused) and name it in ``sft.txt``."""
         from vla_gym.trainers.runtime.checkpoint import atomic_write_text, export_policy
+        from vla_gym.trainers.runtime.results import repo_relative
 
         name = f"libero_{self.args.suite}_seed{self.args.seed}_sft_protocol.pt"
-        model = export_policy(checkpoint, self.args.export_dir, name).resolve()
+        model = export_policy(checkpoint, self.args.export_dir, name)
         self.state.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.state / "sft.txt", f"{model.relative_to(ROOT) if model.is_relative_to(ROOT) else model}\n")
+        atomic_write_text(self.state / "sft.txt", f"{repo_relative(model)}\n")
 
     @property
     def grpo_run(self) -> pathlib.Path:
@@ -210,8 +211,8 @@ class Campaign:
         if self.rl_steps_done() < self.args.rl_steps:
             return
         self.slim_finished_grpo()
-        self.evaluate_pairs()
-        if not self.curve.is_file() and all(done for _, done in self.status()[:-1]):
+        self.evaluate_pairs()  # returns early only when out of time
+        if not self.out_of_time() and not self.curve.is_file():
             self.draw_curve()
 
     def slim_finished_grpo(self) -> None:
