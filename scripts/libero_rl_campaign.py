@@ -44,12 +44,31 @@ import time
 
 from vla_gym.runtime.cli_args import script_parser
 from vla_gym.trainers.rft import run  # the same echoed step runner
+from vla_gym.trainers.runtime.results import repo_relative
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ENV_IDS = {"object": "VLA/LiberoObject-v0", "spatial": "VLA/LiberoSpatial-v0"}
 SFT_CONFIG = "examples/configs/libero_object_miniature_sft.yaml"
 GRPO_CONFIG = "examples/configs/libero_object_miniature_grpo_v3.yaml"
 MODES = {"greedy": [], "sampled": ["--stochastic", "--std", "0.05"]}
+
+
+def in_this_clone(recorded: str) -> pathlib.Path:
+    """A checkpoint path a report recorded, as a path in this clone: relative paths are the repository's, and an
+    absolute one written by a clone at another place (``/elsewhere/docs/results/...``) is read by its
+    ``docs/results/...`` part when that file is here, so a moved clone does not replay its evaluations.
+
+    >>> in_this_clone("/old/clone/docs/results/checkpoints/x.pt") == ROOT / "docs/results/checkpoints/x.pt"
+    True
+    """
+    path = pathlib.Path(recorded)
+    if not path.is_absolute():
+        return ROOT / path
+    parts = path.parts
+    for i in range(len(parts) - 1):
+        if parts[i:i + 2] == ("docs", "results") and not path.exists():
+            return ROOT.joinpath(*parts[i:])
+    return path
 
 
 class Campaign:
@@ -129,8 +148,8 @@ class Campaign:
         report = self.eval_dir(who, split, mode) / "eval.json"
         if checkpoint is None or not report.is_file():
             return False
-        played = pathlib.Path(json.loads(report.read_text())["settings"]["checkpoint"])
-        return (played if played.is_absolute() else ROOT / played).resolve() == checkpoint.resolve()
+        played = in_this_clone(json.loads(report.read_text())["settings"]["checkpoint"])
+        return played.resolve() == checkpoint.resolve()
 
     def evaluate_pairs(self) -> None:
         """SFT then RL for each (split, mode), and that row as soon as both reports are in: rows land one by one."""
@@ -144,7 +163,7 @@ class Campaign:
                     if self.out_of_time():
                         return
                     played = True
-                    run([sys.executable, "trainers/eval.py", "--checkpoint", str(checkpoint), "--init-states",
+                    run([sys.executable, "trainers/eval.py", "--checkpoint", repo_relative(checkpoint), "--init-states",
                          init_states, *self.task_flags(), *flags, "--num-envs", str(self.args.num_envs),
                          "--video-episodes", "0", "--seed", "0", "--out", str(self.eval_dir(who, split, mode)),
                          "env.vectorization=async", *self.args.eval_override])

@@ -78,3 +78,14 @@ def test_campaign_runs_in_short_form_resumes_and_writes_the_rows(tmp_path):
     third = campaign(tmp_path, timeout=300)
     assert "trainers/" not in third.stdout and "complete" in third.stdout
     assert "libero_rl_table.py" not in third.stdout  # the rows keep the commit that measured them
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_committed_object_campaigns_read_complete_in_this_clone(seed):
+    """The committed campaigns' reports name their checkpoints by the path of the clone that played them; a clone at
+    any other place (CI's) still reads every step done, so nothing is replayed (``in_this_clone``)."""
+    result = subprocess.run([*executable("python"), "scripts/libero_rl_campaign.py", "--suite", "object", "--seed",
+                             str(seed), "--status"], cwd=ROOT, env=child_env(), capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "[ ]" not in result.stdout and "complete" in result.stdout, result.stdout
