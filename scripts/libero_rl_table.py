@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     adding = sub.add_parser("add", help="add (or replace) a measured row")
     for flag in ("--suite", "--method", "--split", "--mode"):
-        adding.add_argument(flag, required=True, choices={"--suite": ("object", "spatial"), "--method": ("grpo", "ppo", "rft"),
+        adding.add_argument(flag, required=True, choices={"--suite": ("object", "spatial"), "--method": ("grpo", "ppo", "rft", "residual"),
                                                           "--split": ("train", "heldout"),
                                                           "--mode": ("greedy", "sampled")}[flag])
     adding.add_argument("--seed", type=int, required=True, help="the training seed")

@@ -195,7 +195,7 @@ class ResidualRL:
                     "replay/decisions": len(self.replay),
                     "replay/success_episodes": self.replay.successes / max(self.replay.episodes, 1),
                     "train/updates": self.td3.critic_steps, "train/actor_updates": self.td3.actor_steps,
-                    "time/rollout_s": t1 - t0, "time/update_s": now - t1,
+                    "time/rollout_s": t1 - t0, "time/update_s": now - t1, "time/elapsed_s": run.elapsed_s(),
                     "time/total_fps": (self.num_timesteps - first_steps) / max(now - start, 1e-9),
                 })
                 self.last_metrics = metrics
