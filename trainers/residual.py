@@ -61,6 +61,7 @@ from vla_gym.trainers.runtime.config import Config
 from vla_gym.trainers.runtime.contract import check_contract, checkpoint_contract, env_contract
 from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.envs import env_attr, make_envs
+from vla_gym.trainers.runtime.launch import logs_and_evaluation_lines
 from vla_gym.trainers.runtime.run import TrainingRun
 
 POLICY = "vla_gym.trainers.policies.residual:ResidualPolicy"
@@ -268,12 +269,7 @@ class ResidualRL:
             lines.append(f"  checkpoint:  {latest}")
         if self.run_path is not None:
             lines.append(f"  model:       {self.run_path / 'final.pt'}   (trainers/eval.py --checkpoint ...)")
-            if self.cfg.logging.tensorboard:
-                lines.append(f"  tensorboard: tensorboard --logdir {self.run_path / 'tensorboard'}")
-        if self.last_eval:
-            overall = self.last_eval["overall"]
-            lines.append(f"  evaluation:  success {overall['success_rate']:.3f} over {overall['episodes']} episodes")
-        return lines
+        return lines + logs_and_evaluation_lines(self)
 
     def close(self) -> None:
         self.evaluator.close()

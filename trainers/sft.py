@@ -55,6 +55,7 @@ from vla_gym.trainers.runtime.config import Config
 from vla_gym.trainers.runtime.contract import check_contract, checkpoint_contract, env_contract
 from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.envs import make_envs
+from vla_gym.trainers.runtime.launch import logs_and_evaluation_lines
 from vla_gym.trainers.runtime.run import TrainingRun
 
 
@@ -317,12 +318,7 @@ class SFT:
                  f"{self.num_updates} steps ({self.num_updates / self.steps_per_epoch:.1f} epochs)"]
         if self.run_path is not None:
             lines.append(f"  checkpoint:  {self.run_path / 'final.pt'}   (grpo.init_checkpoint=...)")
-            if self.cfg.logging.tensorboard:
-                lines.append(f"  tensorboard: tensorboard --logdir {self.run_path / 'tensorboard'}")
-        if self.last_eval:
-            overall = self.last_eval["overall"]
-            lines.append(f"  evaluation:  success {overall['success_rate']:.3f} over {overall['episodes']} episodes")
-        return lines
+        return lines + logs_and_evaluation_lines(self)
 
     def close(self) -> None:
         self.evaluator.close()

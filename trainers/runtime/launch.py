@@ -132,3 +132,14 @@ def run_summary_lines(algo) -> list[str]:
         for video in algo.last_eval.get("videos", []):
             lines.append(f"  video:       {video}")
     return lines
+
+
+def logs_and_evaluation_lines(algo) -> list[str]:
+    """The end of a trainer's summary: where its TensorBoard is and its final evaluation's success (SFT, residual)."""
+    lines = []
+    if algo.run_path is not None and algo.cfg.logging.tensorboard:
+        lines.append(f"  tensorboard: tensorboard --logdir {algo.run_path / 'tensorboard'}")
+    if algo.last_eval:
+        overall = algo.last_eval["overall"]
+        lines.append(f"  evaluation:  success {overall['success_rate']:.3f} over {overall['episodes']} episodes")
+    return lines
