@@ -4,6 +4,8 @@ replay and hands trainers/eval.py a model. The base is a committed SFT model of 
 runs play real LIBERO."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -97,7 +99,7 @@ def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path
     short = [f"run_dir={tmp_path}", "torch_threads=1", "env.num_envs=1", "env.vectorization=sync",
              "logging.progress_bar=false", f"env.kwargs.image_size={SHORT_IMAGE_SIZE}", "env.kwargs.max_episode_steps=16",
              "residual.episodes_per_round=1", "residual.warmup_episodes=1", "residual.actor_warmup=0",
-             "residual.batch_size=8", "checkpoint.every=1"]
+             "residual.batch_size=8", "residual.updates_per_decision=1", "checkpoint.every=1"]
     command = [*executable("python"), "trainers/residual.py", "--config", CONFIG, *short]
     first = run_command([*command, "total_timesteps=16"], timeout=300)
     assert_ok(first)
@@ -126,3 +128,30 @@ def test_trainer_refuses_another_policy(tmp_path):
     assert result.returncode == 2 and "residual RL trains a" in result.stderr, result.stderr[-2000:]
     assert not (tmp_path / "residual").exists()
 
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_residual_l2_pulls_the_residual_back_where_the_critic_is_flat():
+    """A critic blind to the action gives the actor no reason to move: the penalty (in units of the bound) brings a
+    residual back toward the base; without it the residual stays where it was (no gradient at all)."""
+    final = {}
+    for weight in (0.0, 1.0):
+        torch.manual_seed(0)
+        policy = residual_policy(scale=0.1, hidden_sizes=(32,))
+        with torch.no_grad():
+            policy.action_head.mean.bias.fill_(0.5)  # tanh(0.5) = 0.46 of the bound in every dimension
+        td3 = ResidualTD3(policy, TD3Settings(actor_lr=1e-2, actor_warmup=0, actor_every=1, residual_l2=weight),
+                          critic_hidden=(16,))
+        td3.critic_optimizer = torch.optim.SGD(td3.critics.parameters(), lr=0.0)  # a frozen critic ...
+        with torch.no_grad():
+            for net in td3.critics.nets:
+                net[0].weight[:, policy.feature_dim:] = 0.0  # ... that does not see the action
+        replay = FeatureReplay(64, policy.feature_dim, policy.action_shape, gamma=0.99, n_step=1)
+        replay.add_episode(torch.randn(16, policy.feature_dim), torch.zeros(16, *policy.action_shape),
+                           torch.zeros(16, *policy.action_shape), success=True)
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(50):
+            td3.update(replay.sample(16, generator), generator)
+        batch = replay.sample(16, generator)
+        final[weight] = policy.residual(batch["features"], batch["base_actions"]).abs().mean().item()
+    assert final[0.0] == pytest.approx(0.1 * math.tanh(0.5)) and final[1.0] < 0.02, final

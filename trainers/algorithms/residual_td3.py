@@ -10,8 +10,11 @@ One call of :meth:`ResidualTD3.update` on a replay batch (:class:`~vla_gym.train
 - critic: ``y = R_n + gamma^n * min_i Q'_i(s_{t+n}, a')`` with ``a'`` the target residual policy's action at
   ``s_{t+n}`` plus clipped Gaussian noise (target policy smoothing); loss: the mean squared error of both critics.
 - actor (every ``actor_every`` critic steps, once ``actor_warmup`` critic steps are done, so the actor follows a
-  critic that has seen the base's outcomes first): maximise ``Q_1(s, base(s) + residual(s))``, minus
-  ``residual_l2`` times the residual's mean square (it stays near the base where the critic is unsure).
+  critic that has seen the base's outcomes first): maximise ``Q_1(s, base(s) + residual(s)) / mean|Q_1|`` (TD3+BC's
+  normalisation, Fujimoto & Gu 2021) minus ``residual_l2`` times the mean square of ``residual / scale``: a
+  residual at its bound in every dimension must buy a relative Q gain of ``residual_l2``, so it stays near the base
+  where the critic has no clear gradient (without it the actor went to the bound in every dimension within a few
+  hundred steps, chasing the critic's extrapolation: docs/libero_miniature.md).
 - targets: Polyak averaging with ``tau`` after each step.
 
 Critics see the executed action chunk flattened (``[B, K x A]``) beside the features; LayerNorm after every hidden
@@ -101,8 +104,9 @@ class ResidualTD3:
         residual = self.policy.residual(features, base)
         action = self.policy.executed_actions(base + residual)
         q = self.critics.nets[0](torch.cat([features, action.flatten(1)], dim=1)).squeeze(-1)
-        penalty = residual.square().mean()
-        loss = -q.mean() + self.settings.residual_l2 * penalty
+        penalty = (residual / self.policy.scale).square().mean()
+        q_scale = q.abs().mean().detach().clamp(min=1e-3)  # TD3+BC: the Q term in units of its batch magnitude
+        loss = -q.mean() / q_scale + self.settings.residual_l2 * penalty
         return loss, {"train/actor/loss": loss.item(), "train/actor/q": q.mean().item(),
                       "train/actor/residual_abs": residual.abs().mean().item(),
                       "train/actor/residual_max_frac": (residual.abs().max() / self.policy.scale).item()}

@@ -233,7 +233,7 @@ class ResidualConfig:
     actor_warmup: int = 1000            # critic steps before the actor moves
     target_noise: float = 0.02          # target policy smoothing
     target_noise_clip: float = 0.05
-    residual_l2: float = 0.0            # penalty on the residual's mean square in the actor loss
+    residual_l2: float = 0.0            # actor penalty on mean (residual / scale)^2, against Q / mean|Q|
     max_grad_norm: float = 10.0
     init_checkpoint: str | None = None  # unused (the base is policy.kwargs.base_checkpoint); kept for the checks
 
