@@ -31,7 +31,9 @@ resumes with its data. One process (no torchrun yet).
 
 Metrics per round: ``env/success_once`` (the round's sampled episodes), ``replay/decisions``,
 ``replay/success_episodes`` (fraction of the replay's episodes that succeeded), ``train/critic/loss``, ``q_mean``,
-``target_mean``, ``train/actor/q``, ``residual_abs`` (mean absolute correction), ``residual_max_frac`` (largest
+``target_mean``, ``success_auc`` (how well the critics' Q of the latest 2,000 decisions, scored before they were
+trained on, ranks the decisions of successful episodes above those of failed ones: 0.5 is no better than chance),
+``train/actor/q``, ``residual_abs`` (mean absolute correction), ``residual_max_frac`` (largest
 correction over ``scale``), ``train/updates`` (critic steps so far) and ``time/*``.
 """
 from __future__ import annotations
@@ -51,6 +53,7 @@ from vla_gym.core.episodes import episode_sums
 from vla_gym.trainers.algorithms.replay import FeatureReplay
 from vla_gym.trainers.algorithms.residual_td3 import ResidualTD3, TD3Settings
 from vla_gym.trainers.evaluation.periodic import TrainingEvaluator
+from vla_gym.trainers.evaluation.stats import rank_auc
 from vla_gym.trainers.policies import make_policy
 from vla_gym.trainers.policies.residual import ResidualPolicy
 from vla_gym.trainers.rollout.episode_plan import EpisodeSpec
@@ -99,6 +102,8 @@ class ResidualRL:
         self.runner = EpisodeRunner(self.envs, self.policy)
         self.tasks = env_attr(self.envs, "tasks") or []
         self.generator = torch.Generator().manual_seed(cfg.seed)
+        #: (Q, the episode succeeded) of the latest decisions, scored as they arrived (train/critic/success_auc)
+        self.critic_check: collections.deque = collections.deque(maxlen=2000)
         self.num_updates = 0     # rounds
         self.num_timesteps = 0   # env steps
         self.episodes = 0
@@ -149,6 +154,10 @@ class ResidualRL:
             if result.env_failure is not None or not decisions[job]:
                 continue  # cut by a failed env worker: not judged, its decisions carry no outcome
             features, base_actions, actions = (torch.stack(part) for part in zip(*decisions[job]))
+            if self.td3.critic_steps:  # before the critics train on it: an out-of-sample check of what they learned
+                with torch.no_grad():
+                    q = self.td3.critics(features.half().float(), actions).mean(0)
+                self.critic_check.extend((value, bool(result.success)) for value in q.tolist())
             added += self.replay.add_episode(features, base_actions, actions, success=bool(result.success))
         self.episodes += len(results)
         self.num_timesteps += sum(int(r.length) for r in results)
@@ -192,6 +201,9 @@ class ResidualRL:
                 self.num_updates += 1
                 sums, counts = episode_sums(results, [task.name for task in self.tasks])
                 metrics.update({key: sums[key] / counts[key] for key in sums if counts.get(key)})
+                auc = rank_auc(*zip(*self.critic_check)) if self.critic_check else None
+                if auc is not None:
+                    metrics["train/critic/success_auc"] = auc
                 metrics.update({
                     "replay/decisions": len(self.replay),
                     "replay/success_episodes": self.replay.successes / max(self.replay.episodes, 1),

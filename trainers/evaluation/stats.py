@@ -128,6 +128,32 @@ def mcnemar_exact_p(a_only: int, b_only: int) -> float:
     return min(1.0, 2 * tail / 2**n)  # exact integers: no underflow for large n
 
 
+def rank_auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
+    """Area under the ROC curve of ``scores`` for ``labels`` (Mann-Whitney: the chance a random positive scores above a
+    random negative, ties counting half); None without both classes. 0.5: the scores do not tell them apart.
+
+    >>> rank_auc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1])
+    0.75
+    """
+    positives = [s for s, y in zip(scores, labels) if y]
+    negatives = [s for s, y in zip(scores, labels) if not y]
+    if not positives or not negatives:
+        return None
+    order = sorted((s, i) for i, s in enumerate(scores))
+    ranks = [0.0] * len(order)
+    start = 0
+    while start < len(order):  # average ranks over ties
+        end = start
+        while end + 1 < len(order) and order[end + 1][0] == order[start][0]:
+            end += 1
+        for k in range(start, end + 1):
+            ranks[order[k][1]] = (start + end) / 2 + 1
+        start = end + 1
+    rank_sum = sum(r for r, y in zip(ranks, labels) if y)
+    n_pos, n_neg = len(positives), len(negatives)
+    return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+
+
 def paired_bootstrap_interval(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE,
                               resamples: int = 10_000, seed: int = 0,
                               strata: Sequence | None = None) -> tuple[float, float]:
