@@ -64,9 +64,11 @@ def in_this_clone(recorded: str) -> pathlib.Path:
     path = pathlib.Path(recorded)
     if not path.is_absolute():
         return ROOT / path
+    if path.exists():
+        return path
     parts = path.parts
     for i in range(len(parts) - 1):
-        if parts[i:i + 2] == ("docs", "results") and not path.exists():
+        if parts[i:i + 2] == ("docs", "results"):
             return ROOT.joinpath(*parts[i:])
     return path
 

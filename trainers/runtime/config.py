@@ -235,7 +235,6 @@ class ResidualConfig:
     target_noise_clip: float = 0.05
     residual_l2: float = 0.0            # actor penalty on mean (residual / scale)^2, against Q / mean|Q|
     max_grad_norm: float = 10.0
-    init_checkpoint: str | None = None  # unused (the base is policy.kwargs.base_checkpoint); kept for the checks
 
     def __post_init__(self):
         for key in ("n_step", "batch_size", "buffer_size", "episodes_per_round", "actor_every"):
