@@ -115,7 +115,7 @@ def grpo_curve(run_dir: pathlib.Path) -> list[dict]:
     return [rows[step] for step in sorted(rows)]
 
 
-def plot_curve(curve: list[dict], before: dict, after: dict, path: pathlib.Path) -> None:
+def plot_curve(curve: list[dict], before: dict, after: dict, path: pathlib.Path, method: str = "GRPO") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -125,13 +125,13 @@ def plot_curve(curve: list[dict], before: dict, after: dict, path: pathlib.Path)
     steps = [row["steps"] for row in curve if "env/success_once" in row]
     success = [row["env/success_once"] for row in curve if "env/success_once" in row]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(steps, success, marker="o", alpha=0.5, label="GRPO rollouts per update (sampled actions)")
+    ax.plot(steps, success, marker="o", alpha=0.5, label=f"{method} rollouts per update (sampled actions)")
     window = min(4, len(success))
     if window > 1:
         smooth = np.convolve(success, np.ones(window) / window, mode="valid")
         ax.plot(steps[window - 1:], smooth, color="tab:blue", linewidth=2.5, label=f"mean of the last {window} updates")
     ax.axhline(before["success_rate"], color="gray", linestyle="--", label="eval after SFT (greedy)")
-    ax.axhline(after["success_rate"], color="green", linestyle="--", label="eval after SFT+GRPO (greedy)")
+    ax.axhline(after["success_rate"], color="green", linestyle="--", label=f"eval after SFT+{method} (greedy)")
     ax.set_xlabel("RL environment steps")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)

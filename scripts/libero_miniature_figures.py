@@ -103,6 +103,8 @@ def video_grid(eval_dir: pathlib.Path, out: pathlib.Path, columns: int = 5, widt
 def main(argv=None) -> int:
     parser = script_parser(__doc__)
     parser.add_argument("--grpo", required=True, help="GRPO run directory (its tensorboard/ is read)")
+    parser.add_argument("--method", default="GRPO", help="the RL method's name in the figure (a residual run's "
+                        "TensorBoard has the same env/success_once per round)")
     parser.add_argument("--before", required=True, help="trainers/eval.py output of the SFT checkpoint")
     parser.add_argument("--after", required=True, help="trainers/eval.py output of the GRPO checkpoint")
     parser.add_argument("--out", required=True, help="path prefix of the figures")
@@ -114,12 +116,12 @@ def main(argv=None) -> int:
     example = _sft_then_rl()
     curve = example.grpo_curve(pathlib.Path(args.grpo))
     out.parent.mkdir(parents=True, exist_ok=True)
-    example.plot_curve(curve, before, after, out.with_name(out.name + "_curve.png"))
+    example.plot_curve(curve, before, after, out.with_name(out.name + "_curve.png"), args.method)
     out.with_name(out.name + "_curve.md").write_text(curve_table(curve))
     for name, eval_dir in () if args.no_grids else (("sft", args.before), ("grpo", args.after)):
         path = video_grid(pathlib.Path(eval_dir), out.with_name(f"{out.name}_{name}_grid.gif"))
         print(f"{path} ({path.stat().st_size / 1e3:.0f} kB)")
-    print(f"SFT {before['success_rate']:.3f} -> GRPO {after['success_rate']:.3f} over {after['episodes']} episodes")
+    print(f"SFT {before['success_rate']:.3f} -> {args.method} {after['success_rate']:.3f} over {after['episodes']} episodes")
     return 0
 
 

@@ -4,6 +4,7 @@
         --sft-checkpoint docs/results/checkpoints/libero_object_seed0_sft_3demos_fitted.pt   # adopt a fitted SFT
     python scripts/libero_rl_campaign.py --suite spatial --seed 1 --minutes 150   # stop starting steps after 150 min
     python scripts/libero_rl_campaign.py --suite object --seed 0 --status          # what is done, what is next
+    python scripts/libero_rl_campaign.py --suite object --seed 1 --method residual # residual RL on the same SFT
 
 The anchors' protocol in miniature (issue 28, docs/libero_miniature.md), each step a product command:
 
@@ -13,27 +14,35 @@ The anchors' protocol in miniature (issue 28, docs/libero_miniature.md), each st
    (trained parameters only) to ``docs/results/checkpoints/`` (``--export-dir``), where the rows point; or
    ``--sft-checkpoint`` adopts one (exported the same way: an equal model already there is reused, not copied).
    The campaign's ``sft.txt`` names that file: each model is stored once;
-3. **grpo**: ``trainers/grpo.py`` with ``examples/configs/libero_object_miniature_grpo_v3.yaml`` from that SFT,
-   groups drawn from init states 0-39 (``grpo.train_init_states=40``), until ``--rl-steps`` env steps (400,000:
-   about 2 hours on 2 idle cores at 58 env steps/s). It comes before the evaluations because it is the long
-   step: a session gives it its unbroken hours (one process, so its TensorBoard is also the memory curve of an
-   hour of LIBERO GRPO, ``benchmarks/memory_run.py``), and evaluations resume episode by episode anyway;
+3. **rl**: ``--method grpo`` (the default): ``trainers/grpo.py`` with
+   ``examples/configs/libero_object_miniature_grpo_v3.yaml`` from that SFT, groups drawn from init states 0-39
+   (``grpo.train_init_states=40``), until ``--rl-steps`` env steps (400,000: about 2 hours on 2 idle cores at 58
+   env steps/s); ``--method residual``: ``trainers/residual.py`` with ``examples/configs/libero_object_residual.yaml``
+   on the frozen SFT, episodes from the same starts, 140,000 env steps (67 min at 35 env steps/s). It comes before
+   the evaluations because it is the long step: a session gives it its unbroken hours (one process, so its
+   TensorBoard is also the memory curve of an hour of LIBERO RL, ``benchmarks/memory_run.py``), and evaluations
+   resume episode by episode anyway. Once it has its steps, what only a resume needs is dropped (optimizers,
+   critics, the replay);
 4. **evaluations and rows**, one (split, mode) pair at a time: ``trainers/eval.py`` of the SFT model, then of the
    run's last checkpoint, on the training starts (init states 0-39 of every task, 400 episodes) or the held-out
    ones (40-49, 100 episodes), greedy or sampled (std 0.05 per step, GRPO's exploration noise); then that pair's
    row, ``scripts/libero_rl_table.py add`` into ``docs/results/libero_rl.json`` (method ``grpo``, variant
-   ``protocol``), both models exported to ``docs/results/checkpoints/``. Rows land one by one, training starts
-   greedy first;
-5. **curve**: ``scripts/libero_miniature_figures.py --no-grids``: ``grpo_curve.png`` / ``.md`` in the campaign
-   folder, the success of GRPO's rollouts per update with the greedy evaluations on the training starts as lines.
+   ``protocol``, or method ``residual``), both models exported to ``docs/results/checkpoints/``. Rows land one by
+   one, training starts greedy first. The SFT's reports (``evals/sft_*``) serve both methods; the RL model's are
+   ``evals/rl_*`` (GRPO) or ``evals/residual_*``;
+5. **curve**: ``scripts/libero_miniature_figures.py --no-grids``: ``<method>_curve.png`` / ``.md`` in the campaign
+   folder, the success of the RL run's rollouts per update (GRPO) or round (residual) with the greedy evaluations
+   on the training starts as lines.
 
 Everything a later step needs lives under ``docs/results/libero_rl_campaign/<suite>_s<seed>/`` (``--state``): which SFT
-model (``sft.txt``), the evaluation reports (a stopped evaluation resumes from its ``partial/`` episodes), and the GRPO run itself
-(its newest checkpoint, ``checkpoint.keep_last=1``, about 7 MB, and its TensorBoard). Commit that folder when a
-session ends; the same command on a fresh clone goes on from there, each step skipped when its output exists.
-``--minutes`` stops starting new steps after that long and gives the GRPO run the rest as ``time_limit_s``.
-``--tasks``, ``--train-init-states``, ``--heldout-init-states``, ``--demos`` and the ``--sft-override`` /
-``--grpo-override`` / ``--eval-override`` lists shrink it for the short form (tests/test_libero_rl_campaign.py).
+model (``sft.txt``), the evaluation reports (a stopped evaluation resumes from its ``partial/`` episodes), and the RL runs
+themselves (``grpo/``, ``residual/``: the newest checkpoint, ``checkpoint.keep_last=1``, and the TensorBoard). Commit
+that folder when a session ends; the same command on a fresh clone goes on from there, each step skipped when its
+output exists (a residual run stopped part-way resumes with its critics but an empty replay: ``replay.pt`` is not
+committed). ``--minutes`` stops starting new steps after that long and gives the RL run the rest as
+``time_limit_s``. ``--tasks``, ``--train-init-states``, ``--heldout-init-states``, ``--demos`` and the
+``--sft-override`` / ``--rl-override`` / ``--eval-override`` lists shrink it for the short form
+(tests/test_libero_rl_campaign.py).
 """
 from __future__ import annotations
 
@@ -49,7 +58,10 @@ from vla_gym.trainers.runtime.results import repo_relative
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ENV_IDS = {"object": "VLA/LiberoObject-v0", "spatial": "VLA/LiberoSpatial-v0"}
 SFT_CONFIG = "examples/configs/libero_object_miniature_sft.yaml"
-GRPO_CONFIG = "examples/configs/libero_object_miniature_grpo_v3.yaml"
+RL_CONFIGS = {"grpo": "examples/configs/libero_object_miniature_grpo_v3.yaml",
+              "residual": "examples/configs/libero_object_residual.yaml"}
+RL_STEPS = {"grpo": 400_000, "residual": 140_000}  # env steps: about 2 h of GRPO, 67 min of residual RL on 2 cores
+VARIANTS = {"grpo": "protocol", "residual": ""}  # the rows' variant (the residual rows of Object s0 came first)
 MODES = {"greedy": [], "sampled": ["--stochastic", "--std", "0.05"]}
 
 
@@ -110,14 +122,26 @@ class Campaign:
         atomic_write_text(self.state / "sft.txt", f"{repo_relative(model)}\n")
 
     @property
-    def grpo_run(self) -> pathlib.Path:
-        return self.state / "grpo"
+    def method(self) -> str:
+        return self.args.method
+
+    @property
+    def rl_run(self) -> pathlib.Path:
+        return self.state / self.method
+
+    @property
+    def rl_steps(self) -> int:
+        return self.args.rl_steps or RL_STEPS[self.method]
 
     def eval_dir(self, who: str, split: str, mode: str) -> pathlib.Path:
+        """``evals/<who>_<split>_<mode>``: ``who`` is ``sft``, ``rl`` (GRPO's, the first method) or ``residual``; both
+        methods share the SFT's reports."""
+        if who == "rl" and self.method != "grpo":
+            who = self.method
         return self.state / "evals" / f"{who}_{split}_{mode}"
 
     def rl_checkpoint(self) -> pathlib.Path | None:
-        checkpoints = sorted((self.grpo_run / "checkpoints").glob("ckpt_*.pt"))
+        checkpoints = sorted((self.rl_run / "checkpoints").glob("ckpt_*.pt"))
         return checkpoints[-1] if checkpoints else None
 
     def rl_steps_done(self) -> int:
@@ -150,7 +174,7 @@ class Campaign:
         self.keep_sft(self.work / "sft" / "final.pt")
 
     def evaluated(self, who: str, split: str, mode: str, checkpoint: pathlib.Path | None) -> bool:
-        """Whether that report is finished and of ``checkpoint`` (a longer GRPO run has a newer one)."""
+        """Whether that report is finished and of ``checkpoint`` (a longer RL run has a newer one)."""
         report = self.eval_dir(who, split, mode) / "eval.json"
         if checkpoint is None or not report.is_file():
             return False
@@ -176,11 +200,16 @@ class Campaign:
                 if played or not self.has_row(split, mode):  # a row keeps the commit that measured it
                     self.add_row(split, mode)
 
-    def train_grpo(self) -> None:
-        command = [sys.executable, "trainers/grpo.py", "--config", GRPO_CONFIG, f"env.id={self.env_id}",
-                   f"run_dir={self.state}", "name=grpo", f"seed={self.args.seed}", f"grpo.init_checkpoint={self.sft}",
-                   f"grpo.train_init_states={self.args.train_rl_init_states}", f"total_timesteps={self.args.rl_steps}",
-                   "checkpoint.keep_last=1", *self.args.grpo_override]
+    def train_rl(self) -> None:
+        """GRPO from the SFT model, or residual RL on it (frozen), until ``rl_steps`` env steps; resumes its run."""
+        starts = self.args.train_rl_init_states
+        if self.method == "grpo":
+            method = [f"grpo.init_checkpoint={self.sft}", f"grpo.train_init_states={starts}"]
+        else:
+            method = [f"policy.kwargs.base_checkpoint={repo_relative(self.sft)}", f"residual.train_init_states={starts}"]
+        command = [sys.executable, f"trainers/{self.method}.py", "--config", RL_CONFIGS[self.method],
+                   f"env.id={self.env_id}", f"run_dir={self.state}", f"name={self.method}", f"seed={self.args.seed}",
+                   *method, f"total_timesteps={self.rl_steps}", "checkpoint.keep_last=1", *self.args.rl_override]
         left = self.minutes_left()
         if left is not None:
             command.append(f"time_limit_s={int(60 * left)}")
@@ -190,25 +219,25 @@ class Campaign:
         results = pathlib.Path(self.args.results)
         rows = json.loads(results.read_text())["rows"] if results.is_file() else []
         return any((r["suite"], r["seed"], r["method"], r.get("variant"), r["split"], r["mode"]) ==
-                   (self.args.suite, self.args.seed, "grpo", "protocol", split, mode) for r in rows)
+                   (self.args.suite, self.args.seed, self.method, VARIANTS[self.method], split, mode) for r in rows)
 
     def add_row(self, split: str, mode: str) -> None:
         """The (split, mode) row of ``--results`` (replacing an older one with the same key), the models exported."""
         run([sys.executable, "scripts/libero_rl_table.py", "add", "--suite", self.args.suite,
-             "--seed", str(self.args.seed), "--method", "grpo", "--variant", "protocol", "--split", split,
+             "--seed", str(self.args.seed), "--method", self.method, "--variant", VARIANTS[self.method], "--split", split,
              "--mode", mode, "--sft-eval", str(self.eval_dir("sft", split, mode)),
              "--rl-eval", str(self.eval_dir("rl", split, mode)), "--sft-checkpoint", str(self.sft),
-             "--sft-variant", "protocol", "--rl-run", str(self.grpo_run),
+             "--sft-variant", "protocol", "--rl-run", str(self.rl_run),
              "--export-dir", self.args.export_dir, "--out", self.args.results])
 
     @property
     def curve(self) -> pathlib.Path:
-        return self.state / "grpo_curve.png"
+        return self.state / f"{self.method}_curve.png"
 
     def draw_curve(self) -> None:
-        run([sys.executable, "scripts/libero_miniature_figures.py", "--grpo", str(self.grpo_run),
+        run([sys.executable, "scripts/libero_miniature_figures.py", "--grpo", str(self.rl_run),
              "--before", str(self.eval_dir("sft", "train", "greedy")), "--after", str(self.eval_dir("rl", "train", "greedy")),
-             "--out", str(self.grpo_run), "--no-grids"])
+             "--out", str(self.rl_run), "--no-grids", "--method", "GRPO" if self.method == "grpo" else "residual RL"])
 
     def task_flags(self) -> list[str]:
         return ["--tasks", self.args.tasks] if self.args.tasks else []
@@ -216,11 +245,12 @@ class Campaign:
     # ---- the plan
     def status(self) -> list[tuple[str, bool]]:
         checkpoints = {"sft": self.sft, "rl": self.rl_checkpoint()}
-        evals = [(f"{who} {split} {mode}", self.evaluated(who, split, mode, checkpoints[who]))
+        evals = [(f"{self.eval_dir(who, split, mode).name.replace('_', ' ')}",
+                  self.evaluated(who, split, mode, checkpoints[who]))
                  for split in self.splits for mode in MODES for who in ("sft", "rl")]
         steps = [("sft", self.sft is not None and self.sft.is_file()),
-                 (f"grpo ({self.rl_steps_done():,} of {self.args.rl_steps:,} env steps)",
-                  self.rl_steps_done() >= self.args.rl_steps), *evals, ("curve", self.curve.is_file())]
+                 (f"{self.method} ({self.rl_steps_done():,} of {self.rl_steps:,} env steps)",
+                  self.rl_steps_done() >= self.rl_steps), *evals, ("curve", self.curve.is_file())]
         return steps
 
     def run_all(self) -> None:
@@ -231,44 +261,53 @@ class Campaign:
                 self.fit_sft()
         if self.out_of_time():
             return
-        if self.rl_steps_done() < self.args.rl_steps:
-            self.train_grpo()
-        if self.rl_steps_done() < self.args.rl_steps:
+        if self.rl_steps_done() < self.rl_steps:
+            self.train_rl()
+        if self.rl_steps_done() < self.rl_steps:
             return
-        self.slim_finished_grpo()
+        self.slim_finished_rl()
         self.evaluate_pairs()  # returns early only when out of time
         if not self.out_of_time() and not self.curve.is_file():
             self.draw_curve()
 
-    def slim_finished_grpo(self) -> None:
-        """GRPO has its env steps: its checkpoint drops the optimizer state (two thirds of its size, and the campaign
-        folder is committed). The policy, counters and RNG states stay, so the evaluations and rows are unchanged; a
-        larger ``--rl-steps`` resumes from it with a fresh Adam."""
+    def slim_finished_rl(self) -> None:
+        """The RL run has its env steps: what only a resume needs goes, as the campaign folder is committed. GRPO's
+        checkpoint drops its optimizer state (two thirds of its size); a residual run's its critics and their
+        optimizers (``td3``, 90 %), its ``replay.pt`` and ``final.pt`` (a copy). The policy, counters and RNG states
+        stay, so the evaluations and rows are unchanged; a larger ``--rl-steps`` resumes from it with a fresh Adam
+        (GRPO) or fresh critics and an empty replay (residual)."""
         from vla_gym.trainers.runtime.checkpoint import atomic_save, load_checkpoint
 
         checkpoint = self.rl_checkpoint()
         state = load_checkpoint(checkpoint)
-        if state.get("optimizer") is not None:
-            atomic_save({**state, "optimizer": None}, checkpoint)
+        if state.get("optimizer") is not None or state.get("td3") is not None:
+            atomic_save({**state, "optimizer": None, "td3": None} if "td3" in state else {**state, "optimizer": None},
+                        checkpoint)
+        for spare in ("replay.pt", "final.pt"):
+            (self.rl_run / spare).unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = script_parser(__doc__)
     parser.add_argument("--suite", required=True, choices=sorted(ENV_IDS))
-    parser.add_argument("--seed", type=int, required=True, help="the training seed of SFT and GRPO")
+    parser.add_argument("--seed", type=int, required=True, help="the training seed of SFT and RL")
+    parser.add_argument("--method", default="grpo", choices=sorted(RL_CONFIGS),
+                        help="grpo: GRPO from the SFT; residual: residual RL on the frozen SFT (same SFT and its reports)")
     parser.add_argument("--sft-checkpoint", help="adopt this SFT checkpoint instead of fitting one")
-    parser.add_argument("--rl-steps", type=int, default=400_000, help="GRPO's env-step budget")
+    parser.add_argument("--rl-steps", type=int, default=None,
+                        help=f"the RL run's env-step budget (default {RL_STEPS})")
     parser.add_argument("--minutes", type=float, default=None, help="start no step after this many minutes")
     parser.add_argument("--status", action="store_true", help="print the steps done and to do, run nothing")
     parser.add_argument("--tasks", default=None, help="only these task ids (default: every task)")
     parser.add_argument("--train-init-states", default="0-39", help="the training starts evaluated")
-    parser.add_argument("--train-rl-init-states", type=int, default=40, help="grpo.train_init_states")
+    parser.add_argument("--train-rl-init-states", type=int, default=40,
+                        help="the RL run's starts: init states 0..N-1 of every task")
     parser.add_argument("--heldout-init-states", default="40-49")
     parser.add_argument("--demo-init-states", default="0-2")
     parser.add_argument("--demos", default=None, help="use these demos (a LeRobot dataset) instead of recording them")
     parser.add_argument("--num-envs", type=int, default=2, help="trainers/eval.py --num-envs")
     parser.add_argument("--sft-override", nargs="*", default=[], metavar="key=value")
-    parser.add_argument("--grpo-override", nargs="*", default=[], metavar="key=value")
+    parser.add_argument("--rl-override", "--grpo-override", dest="rl_override", nargs="*", default=[], metavar="key=value")
     parser.add_argument("--eval-override", nargs="*", default=[], metavar="key=value")
     parser.add_argument("--state", default=None, help="where the campaign is kept (default docs/results/...)")
     parser.add_argument("--work", default=None, help="scratch for demos and the SFT run (default runs/...)")

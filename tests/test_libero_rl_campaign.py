@@ -1,7 +1,8 @@
 """scripts/libero_rl_campaign.py in short form on real LIBERO: one task, one training and one held-out start, 8-step
 episodes, 64 px. A first call with a one-second budget fits the SFT and stops before GRPO; the same command then
 plays every step (a one-update GRPO run kept in the campaign folder, then SFT and RL evaluations pair by pair,
-each pair's row written once both are in); a third call finds every output and runs nothing.
+each pair's row written once both are in); a third call finds every output and runs nothing; ``--method residual``
+then trains residual RL on the same SFT and evaluates only its model.
 """
 from __future__ import annotations
 
@@ -17,21 +18,26 @@ pytest.importorskip("libero")
 from short_runs import ROOT, SHORT_IMAGE_SIZE, child_env, executable  # noqa: E402
 
 SHORT_ENV = [f"env.kwargs.image_size={SHORT_IMAGE_SIZE}", "env.kwargs.max_episode_steps=8"]
+SHORT_RL = {  # one env in this process, 2 episodes of 8 steps (16 env steps)
+    "grpo": [*SHORT_ENV, "env.num_envs=1", "env.vectorization=sync", "grpo.group_size=2", "grpo.groups_per_update=1",
+             "grpo.min_mixed_groups=0", "grpo.filter_uniform_groups=false", "grpo.skip_failed_after=0",
+             "grpo.batch_size=8", "torch_threads=1", "logging.progress_bar=false"],
+    "residual": [*SHORT_ENV, "env.num_envs=1", "env.vectorization=sync", "residual.episodes_per_round=1",
+                 "residual.warmup_episodes=0", "residual.actor_warmup=0", "residual.batch_size=8",
+                 "residual.actor_every=1", "torch_threads=1", "logging.progress_bar=false"],
+}
 
 
-def campaign(tmp_path, *extra: str, timeout: int = 900) -> subprocess.CompletedProcess:
+def campaign(tmp_path, *extra: str, method: str = "grpo", timeout: int = 900) -> subprocess.CompletedProcess:
     command = [
-        *executable("python"), "scripts/libero_rl_campaign.py", "--suite", "object", "--seed", "0",
+        *executable("python"), "scripts/libero_rl_campaign.py", "--suite", "object", "--seed", "0", "--method", method,
         "--tasks", "0", "--train-init-states", "0", "--heldout-init-states", "40", "--train-rl-init-states", "1",
         "--demos", str(tmp_path / "demos"), "--rl-steps", "16", "--num-envs", "1",
         "--state", str(tmp_path / "state"), "--work", str(tmp_path / "work"),
         "--export-dir", str(tmp_path / "exported"), "--results", str(tmp_path / "libero_rl.json"),
         "--sft-override", *SHORT_ENV, "sft.max_steps=2", "sft.batch_size=4", "torch_threads=1",
         "logging.progress_bar=false", "checkpoint.resume=null",
-        "--grpo-override", *SHORT_ENV, "env.num_envs=1", "env.vectorization=sync", "grpo.group_size=2",
-        "grpo.groups_per_update=1", "grpo.min_mixed_groups=0", "grpo.filter_uniform_groups=false",
-        "grpo.skip_failed_after=0", "grpo.batch_size=8", "torch_threads=1", "logging.progress_bar=false",
-        "--eval-override", *SHORT_ENV, "env.vectorization=sync", *extra]
+        "--rl-override", *SHORT_RL[method], "--eval-override", *SHORT_ENV, "env.vectorization=sync", *extra]
     result = subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=timeout,
                             check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -78,6 +84,25 @@ def test_campaign_runs_in_short_form_resumes_and_writes_the_rows(tmp_path):
     third = campaign(tmp_path, timeout=300)
     assert "trainers/" not in third.stdout and "complete" in third.stdout
     assert "libero_rl_table.py" not in third.stdout  # the rows keep the commit that measured them
+
+    # residual RL on the same SFT: its run and reports beside GRPO's, the SFT's reports read, not played again
+    residual = campaign(tmp_path, method="residual")
+    assert "trainers/sft.py" not in residual.stdout and "trainers/grpo.py" not in residual.stdout
+    assert residual.stdout.count("running: trainers/residual.py") == 1
+    assert residual.stdout.count("running: trainers/eval.py") == 4
+    assert "policy.kwargs.base_checkpoint=" in residual.stdout and "complete" in residual.stdout
+    run = state / "residual"
+    (checkpoint,) = sorted((run / "checkpoints").glob("ckpt_*.pt"))
+    finished = torch.load(checkpoint, weights_only=False)  # slimmed: no critics, no replay, no second copy
+    assert finished["td3"] is None and finished["counters"]["num_timesteps"] >= 16
+    assert not (run / "replay.pt").exists() and not (run / "final.pt").exists()
+    report = json.loads((state / "evals" / "residual_train_greedy" / "eval.json").read_text())
+    assert report["settings"]["checkpoint"] == str(checkpoint)
+    rows = json.loads((tmp_path / "libero_rl.json").read_text())["rows"]
+    assert sorted((r["method"], r["variant"]) for r in rows) == [("grpo", "protocol")] * 4 + [("residual", "")] * 4
+    assert {r["sft"] for r in rows if r["method"] == "residual"} <= {r["sft"] for r in rows if r["method"] == "grpo"}
+    assert (tmp_path / "exported" / "libero_object_seed0_residual.pt").is_file()
+    assert (state / "residual_curve.png").is_file()
 
 
 @pytest.mark.parametrize("seed", [0, 1])

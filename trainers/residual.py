@@ -248,7 +248,10 @@ class ResidualRL:
         check_contract(checkpoint_contract(state), self.contract, "checkpoint.resume")
         self.policy.load_state_dict(state["policy"])
         self.policy.set_exploration(std=self.hp.exploration_std)
-        self.td3.load_state_dict(state["td3"])
+        if state.get("td3") is not None:
+            self.td3.load_state_dict(state["td3"])
+        else:  # a finished campaign run, slimmed for the repository (scripts/libero_rl_campaign.py)
+            self.run.say("the checkpoint holds no critics: they and the replay start afresh (and warm up again)")
         counters = state["counters"]
         self.num_timesteps, self.num_updates = counters["num_timesteps"], counters["num_updates"]
         self.episodes = counters["episodes"]
