@@ -18,7 +18,7 @@ The anchors' protocol in miniature (issue 28, docs/libero_miniature.md), each st
    ``examples/configs/libero_object_miniature_grpo_v3.yaml`` from that SFT, groups drawn from init states 0-39
    (``grpo.train_init_states=40``), until ``--rl-steps`` env steps (400,000: about 2 hours on 2 idle cores at 58
    env steps/s); ``--method residual``: ``trainers/residual.py`` with ``examples/configs/libero_object_residual.yaml``
-   on the frozen SFT, episodes from the same starts, 140,000 env steps (67 min at 35 env steps/s). It comes before
+   on the frozen SFT, episodes from the same starts, 100,000 env steps (48-80 min by host). It comes before
    the evaluations because it is the long step: a session gives it its unbroken hours (one process, so its
    TensorBoard is also the memory curve of an hour of LIBERO RL, ``benchmarks/memory_run.py``), and evaluations
    resume episode by episode anyway. Once it has its steps, what only a resume needs is dropped (optimizers,
@@ -60,7 +60,7 @@ ENV_IDS = {"object": "VLA/LiberoObject-v0", "spatial": "VLA/LiberoSpatial-v0"}
 SFT_CONFIG = "examples/configs/libero_object_miniature_sft.yaml"
 RL_CONFIGS = {"grpo": "examples/configs/libero_object_miniature_grpo_v3.yaml",
               "residual": "examples/configs/libero_object_residual.yaml"}
-RL_STEPS = {"grpo": 400_000, "residual": 140_000}  # env steps: about 2 h of GRPO, 67 min of residual RL on 2 cores
+RL_STEPS = {"grpo": 400_000, "residual": 100_000}  # env steps: 2-4 h of GRPO, 48-80 min of residual RL on 2 cores
 VARIANTS = {"grpo": "protocol", "residual": ""}  # the rows' variant (the residual rows of Object s0 came first)
 MODES = {"greedy": [], "sampled": ["--stochastic", "--std", "0.05"]}
 
