@@ -280,9 +280,9 @@ class Campaign:
 
         checkpoint = self.rl_checkpoint()
         state = load_checkpoint(checkpoint)
-        if state.get("optimizer") is not None or state.get("td3") is not None:
-            atomic_save({**state, "optimizer": None, "td3": None} if "td3" in state else {**state, "optimizer": None},
-                        checkpoint)
+        resume_only = {key: None for key in ("optimizer", "td3") if state.get(key) is not None}
+        if resume_only:
+            atomic_save({**state, **resume_only}, checkpoint)
         for spare in ("replay.pt", "final.pt"):
             (self.rl_run / spare).unlink(missing_ok=True)
 

@@ -119,6 +119,15 @@ def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path
                               "env.vectorization=sync"], timeout=300)
     assert_ok(evaluation)
     assert (tmp_path / "eval" / "eval.json").is_file()
+    # a checkpoint without critics (what scripts/libero_rl_campaign.py commits) resumes with fresh ones, empty replay
+    latest = sorted((run / "checkpoints").glob("ckpt_*.pt"))[-1]
+    torch.save({**torch.load(latest, weights_only=False), "td3": None}, latest)
+    (run / "replay.pt").unlink()
+    third = run_command([*command, "total_timesteps=48"], timeout=300)
+    assert_ok(third)
+    assert "holds no critics" in third.stdout + third.stderr
+    state = torch.load(run / "final.pt", weights_only=False)
+    assert state["counters"]["num_timesteps"] == 48 and state["td3"]["critic_steps"] == 2  # one fresh round
 
 
 def test_trainer_refuses_another_policy(tmp_path):
