@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import pathlib
+import time
 
 import pytest
 import torch
@@ -159,6 +160,10 @@ def test_a_resumed_run_keeps_the_log_of_the_update_it_resumed_from(tmp_path):
     for step in (64, 128, 192, 256):      # updates 1-4; the run is killed after update 4 ...
         first.log({"rollout/groups": 2.0, "env/episode_len": 16.0}, step)
     first.close()
+    # TensorBoard reads event files in name order: the creation time in whole seconds, then host, pid and a
+    # per-process counter compared as text ("9" after "10"). A resumed run is a new process seconds later; here
+    # both writers share one process (a pytest worker with many writers before), so the second starts a second later.
+    time.sleep(1.05)
     second = RunLogger(cfg, tmp_path, initial_step=128)   # ... and resumes from update 2's checkpoint
     for step in (192, 256, 320):
         second.log({"rollout/groups": 1.0, "env/episode_len": 16.0}, step)
