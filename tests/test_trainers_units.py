@@ -35,6 +35,7 @@ from vla_gym.trainers.runtime.checkpoint import (
 from vla_gym.trainers.runtime.config import (
     Config,
     ConfigError,
+    config_from_checkpoint,
     config_from_dict,
     load_config,
     save_config,
@@ -304,6 +305,21 @@ def test_config_overrides_and_validation(tmp_path):
         config_from_dict({}, ["ppo.n_steps"])
     save_config(cfg, tmp_path / "resolved.yaml")
     assert load_config(tmp_path / "resolved.yaml") == cfg
+
+
+def test_a_checkpoint_config_from_an_older_version_loads_without_its_removed_keys():
+    """The committed Spatial SFT (Nov 26) saved ``residual.init_checkpoint``, a key removed since: trainers/eval.py
+    stopped on it with "unknown config key" and the Spatial campaign could not evaluate its own SFT."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    state = load_checkpoint(root / "docs/results/checkpoints/libero_spatial_seed0_sft_protocol.pt")
+    assert "init_checkpoint" in state["config"]["residual"]
+    with pytest.raises(ConfigError, match="unknown config key 'residual.init_checkpoint'"):
+        config_from_dict(state["config"])
+    cfg = config_from_checkpoint(state["config"], ["eval.episodes=3"])
+    assert cfg.env.id == "VLA/LiberoSpatial-v0" and cfg.policy == config_from_dict(
+        {"policy": state["config"]["policy"]}).policy and cfg.eval.episodes == 3
+    with pytest.raises(ConfigError, match="unknown config key 'residual.init_checkpoint'"):  # a user's key stays strict
+        config_from_checkpoint(state["config"], ["residual.init_checkpoint=x"])
 
 
 def test_example_configs_are_valid():

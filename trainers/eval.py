@@ -77,7 +77,7 @@ from vla_gym.trainers.policies.distributions import NOISE_SHAPES
 from vla_gym.trainers.rollout.episode_plan import EpisodeSpec, suite_specs
 from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
 from vla_gym.trainers.runtime.checkpoint import CheckpointError, load_checkpoint, load_policy
-from vla_gym.trainers.runtime.config import ConfigError, config_from_dict
+from vla_gym.trainers.runtime.config import ConfigError, config_from_checkpoint
 from vla_gym.trainers.runtime.config_checks import check_config, explain_setup_error
 from vla_gym.trainers.runtime.contract import ContractError, check_contract, checkpoint_contract, env_contract
 from vla_gym.trainers.runtime.distributed import Distributed
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     dist = Distributed.from_env(args.device)
     try:
         state = load_checkpoint(args.checkpoint, map_location=dist.device)
-        cfg = config_from_dict(state["config"], args.overrides)
+        cfg = config_from_checkpoint(state["config"], args.overrides)
         check_config(cfg, None)  # env id, the checkpoint's policy and its pretrained model, before anything is built
     except (FileNotFoundError, CheckpointError) as exc:
         print(f"--checkpoint: {exc}. Pick another checkpoint (runs/<name>/checkpoints/ keeps the last "

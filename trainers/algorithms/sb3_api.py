@@ -27,7 +27,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from vla_gym.trainers.policies import Policy
 from vla_gym.trainers.rollout.batch import to_torch
 from vla_gym.trainers.runtime.checkpoint import atomic_save, load_checkpoint
-from vla_gym.trainers.runtime.config import Config, config_from_dict
+from vla_gym.trainers.runtime.config import Config, config_from_checkpoint, config_from_dict
 from vla_gym.trainers.runtime.distributed import Distributed
 
 
@@ -110,7 +110,7 @@ class SB3Interface:
         data["device"] = device
         for key, value in overrides.items():
             data[cls.algo][key] = value
-        cfg = config_from_dict(data)
+        cfg = config_from_checkpoint(data)
         self = cls.from_config(cfg, dist=Distributed(device=torch.device(
             "cuda" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else "cpu")),
             write_run=False, env=env, observation_space=state["observation_space"], action_space=state["action_space"])

@@ -477,6 +477,26 @@ def config_from_dict(data: dict | None, overrides: list[str] = ()) -> Config:
     return cfg
 
 
+def config_from_checkpoint(data: dict | None, overrides: list[str] = ()) -> Config:
+    """The config a checkpoint saved (plus ``key.sub=value`` overrides) in today's schema: keys an older vla_gym
+    wrote and this one no longer has are dropped, as they were written by the program, not typed by a user (an SFT
+    checkpoint of Nov 26 holds ``residual.init_checkpoint``, a key removed since). The overrides stay strict.
+
+    >>> config_from_checkpoint({"seed": 3, "residual": {"init_checkpoint": None}}).seed
+    3
+    """
+    return config_from_dict(_known_keys(Config, data or {}), overrides)
+
+
+def _known_keys(cls: type, data: Any) -> Any:
+    """``data`` without the keys ``cls`` (a config dataclass, checked section by section) does not have."""
+    if not isinstance(data, dict):
+        return data
+    hints = typing.get_type_hints(cls)
+    return {key: _known_keys(hints[key], value) if dataclasses.is_dataclass(hints[key]) else value
+            for key, value in data.items() if key in hints}
+
+
 def load_config(path: str | pathlib.Path | None, overrides: list[str] = ()) -> Config:
     """Read a YAML file (or start from defaults with ``path=None``) and apply overrides."""
     data = {}
