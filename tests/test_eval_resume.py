@@ -1,5 +1,6 @@
 """A killed ``trainers/eval.py`` resumes (trainers/evaluation/episode_log.py): SIGKILL it after some episodes, run the
-same command again, and it plays only the rest; the report equals an uninterrupted run's, greedy and sampled.
+same command again (here on a copy of the checkpoint elsewhere, as in a fresh clone: the plan names its content), and
+it plays only the rest; the report equals an uninterrupted run's, greedy and sampled.
 ``--repeats`` (a start played N times, sampled) is checked on the same checkpoint."""
 from __future__ import annotations
 
@@ -57,7 +58,12 @@ def test_a_killed_evaluation_resumes_where_it_stopped(checkpoint, tmp_path, mode
     played = len(log.read_text().splitlines())
     assert 3 <= played < 24 and not (out / "eval.json").exists(), played
 
-    again = subprocess.run(command(checkpoint, out, *mode), cwd=ROOT, capture_output=True, text=True, timeout=300,
+    # resumed as in a fresh clone: the same checkpoint at another path, with another file time
+    clone = tmp_path / "clone" / checkpoint.name
+    clone.parent.mkdir()
+    clone.write_bytes(checkpoint.read_bytes())
+    os.utime(clone, ns=(0, 0))
+    again = subprocess.run(command(clone, out, *mode), cwd=ROOT, capture_output=True, text=True, timeout=300,
                            check=False)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming: {played} of this process's 24 episodes were played" in again.stdout

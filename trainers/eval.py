@@ -49,7 +49,7 @@ from vla_gym.runtime.cli_args import (
     init_state_range,
     parser_with_examples,
 )
-from vla_gym.runtime.receipt import camera_contract, receipt
+from vla_gym.runtime.receipt import camera_contract, file_sha256, receipt
 from vla_gym.trainers.evaluation.episode_log import EpisodeLog
 from vla_gym.trainers.evaluation.ood import (
     LIBERO_PLUS_SAMPLE,
@@ -292,11 +292,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report_settings(args: argparse.Namespace, world_size: int) -> dict:
-    """What decides an OOD row's episodes besides its env: the checkpoint (path, size, time) and the episode
-    selection. A row finished with the same settings is kept when the report is run again (resume)."""
-    checkpoint = pathlib.Path(args.checkpoint).resolve()
-    stat = checkpoint.stat()
-    settings = {"checkpoint": str(checkpoint), "checkpoint_size": stat.st_size, "checkpoint_mtime_ns": stat.st_mtime_ns,
+    """What decides an evaluation's episodes besides its env: the checkpoint's content (its SHA-256, not its path or
+    file time, so a report committed half played resumes in a fresh clone, wherever it lies) and the episode
+    selection. A killed evaluation, or an OOD row, with the same settings resumes (is kept) when run again."""
+    settings = {"checkpoint_sha256": file_sha256(args.checkpoint),
                 "episodes_per_task": args.episodes_per_task, "tasks": args.tasks,
                 "first_init_state": args.first_init_state, "seed": args.seed, "stochastic": args.stochastic,
                 "std": args.std, "noise": args.noise, "processes": world_size}
