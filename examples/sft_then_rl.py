@@ -125,11 +125,11 @@ def plot_curve(curve: list[dict], before: dict, after: dict, path: pathlib.Path,
     steps = [row["steps"] for row in curve if "env/success_once" in row]
     success = [row["env/success_once"] for row in curve if "env/success_once" in row]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(steps, success, marker="o", alpha=0.5, label=f"{method} rollouts per update (sampled actions)")
+    ax.plot(steps, success, marker="o", alpha=0.5, label=f"{method}: success of each round's sampled rollouts")
     window = min(4, len(success))
     if window > 1:
         smooth = np.convolve(success, np.ones(window) / window, mode="valid")
-        ax.plot(steps[window - 1:], smooth, color="tab:blue", linewidth=2.5, label=f"mean of the last {window} updates")
+        ax.plot(steps[window - 1:], smooth, color="tab:blue", linewidth=2.5, label=f"mean of the last {window} rounds")
     ax.axhline(before["success_rate"], color="gray", linestyle="--", label="eval after SFT (greedy)")
     ax.axhline(after["success_rate"], color="green", linestyle="--", label=f"eval after SFT+{method} (greedy)")
     ax.set_xlabel("RL environment steps")

@@ -8,8 +8,8 @@
         --after docs/results/libero_rl_campaign/object_s0/evals/rl_train_greedy \
         --out docs/results/libero_rl_campaign/object_s0/grpo --no-grids   # a campaign's curve (scripts/libero_rl_campaign.py)
 
-writes ``<out>_curve.png`` (success of GRPO's sampled rollouts per update, with the greedy held-out success
-before and after as lines), ``<out>_curve.md`` (the same per update, as a Markdown table) and, for each of
+writes ``<out>_curve.png`` (success of the RL run's sampled rollouts per round, with the greedy held-out success
+before and after as lines), ``<out>_curve.md`` (the same per round, as a Markdown table) and, for each of
 ``--before`` / ``--after``, ``<out>_<name>_grid.gif``: one evaluation episode per task (the first evaluated
 initial state of each task) tiled 5 per row, each tile framed green (success) or red (failure). The evaluation
 directories are ``trainers/eval.py --video-episodes N --out DIR`` outputs (``eval.json`` + ``videos/``).
@@ -41,8 +41,9 @@ def overall(eval_dir: pathlib.Path) -> dict:
 
 
 def curve_table(curve: list[dict]) -> str:
-    """Markdown: update | env steps | success of the update's sampled rollouts."""
-    rows = ["| update | env steps | rollout success (sampled) |", "|---:|---:|---:|"]
+    """Markdown: round | env steps | success of the round's sampled rollouts (a round: one GRPO update, or one
+    residual round of a few episodes and its gradient steps)."""
+    rows = ["| round | env steps | rollout success (sampled) |", "|---:|---:|---:|"]
     for k, row in enumerate(r for r in curve if "env/success_once" in r):
         rows.append(f"| {k + 1} | {row['steps']} | {row['env/success_once']:.3f} |")
     return "\n".join(rows) + "\n"
