@@ -245,9 +245,15 @@ class Campaign:
     # ---- the plan
     def status(self) -> list[tuple[str, bool]]:
         checkpoints = {"sft": self.sft, "rl": self.rl_checkpoint()}
-        evals = [(f"{self.eval_dir(who, split, mode).name.replace('_', ' ')}",
-                  self.evaluated(who, split, mode, checkpoints[who]))
-                 for split in self.splits for mode in MODES for who in ("sft", "rl")]
+        evals = []
+        for split in self.splits:
+            for mode in MODES:
+                for who in ("sft", "rl"):
+                    folder, done = self.eval_dir(who, split, mode), self.evaluated(who, split, mode, checkpoints[who])
+                    played = 0 if done else sum(len(log.read_text().splitlines())
+                                                for log in (folder / "partial").glob("rank*.jsonl"))
+                    evals.append((folder.name.replace("_", " ") + (f" ({played} episodes played)" if played else ""),
+                                  done))
         steps = [("sft", self.sft is not None and self.sft.is_file()),
                  (f"{self.method} ({self.rl_steps_done():,} of {self.rl_steps:,} env steps)",
                   self.rl_steps_done() >= self.rl_steps), *evals, ("curve", self.curve.is_file())]

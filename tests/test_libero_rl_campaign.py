@@ -56,6 +56,10 @@ def test_campaign_runs_in_short_form_resumes_and_writes_the_rows(tmp_path):
     assert (state / "sft.txt").read_text().strip() == str(sft) and sft.is_file() and not (state / "evals").exists()
     assert "[x] sft" in first.stdout and "[ ] grpo (0 of 16" in first.stdout and "in progress" in first.stdout
     assert first.stdout.index("] grpo") < first.stdout.index("] sft train greedy")  # the long step comes first
+    partial = state / "evals" / "sft_train_greedy" / "partial"  # as a session that stopped mid-evaluation leaves it
+    partial.mkdir(parents=True)
+    (partial / "rank0.jsonl").write_text("{}\n{}\n")
+    assert "[ ] sft train greedy (2 episodes played)" in campaign(tmp_path, "--status").stdout
 
     second = campaign(tmp_path)
     assert "trainers/sft.py" not in second.stdout  # kept from the first call
