@@ -5,11 +5,14 @@
     python scripts/libero_rl_campaign.py --suite spatial --seed 1 --minutes 150   # stop starting steps after 150 min
     python scripts/libero_rl_campaign.py --suite object --seed 0 --status          # what is done, what is next
     python scripts/libero_rl_campaign.py --suite object --seed 1 --method residual # residual RL on the same SFT
+    python scripts/libero_rl_campaign.py --suite spatial --seed 0 --method residual --cameras main wrist  # + wrist
 
 The anchors' protocol in miniature (issue 28, docs/libero_miniature.md), each step a product command:
 
 1. **demos**: ``vla-gym demos`` of the scripted expert on init states 0-2 of every task (3 per task, DART noise
-   0.1, main camera 128 px), into ``runs/`` (rebuilt when missing: they only feed step 2);
+   0.1, main camera 128 px; ``--cameras main wrist`` adds the wrist camera to demos, SFT and RL, a campaign of its
+   own in ``<suite>_s<seed>_wrist/`` whose models and rows are tagged ``wrist``), into ``runs/`` (rebuilt when
+   missing: they only feed step 2);
 2. **sft**: ``trainers/sft.py`` on them for 2,400 steps (fitted: the control of the RFT runs), exported
    (trained parameters only) to ``docs/results/checkpoints/`` (``--export-dir``), where the rows point; or
    ``--sft-checkpoint`` adopts one (exported the same way: an equal model already there is reused, not copied).
@@ -94,8 +97,11 @@ class Campaign:
 
     def __init__(self, args):
         self.args = args
-        self.state = pathlib.Path(args.state or ROOT / "docs/results/libero_rl_campaign" / f"{args.suite}_s{args.seed}").resolve()
-        self.work = pathlib.Path(args.work or ROOT / "runs/libero_rl_campaign" / f"{args.suite}_s{args.seed}").resolve()
+        #: the cameras besides the main one name a campaign of their own (``spatial_s0_wrist``): its SFT, RL and rows
+        self.tag = "_".join(camera for camera in args.cameras if camera != "main")
+        folder = f"{args.suite}_s{args.seed}" + (f"_{self.tag}" if self.tag else "")
+        self.state = pathlib.Path(args.state or ROOT / "docs/results/libero_rl_campaign" / folder).resolve()
+        self.work = pathlib.Path(args.work or ROOT / "runs/libero_rl_campaign" / folder).resolve()
         self.env_id = ENV_IDS[args.suite]
         self.deadline = time.monotonic() + 60 * args.minutes if args.minutes else None
         self.splits = {"train": args.train_init_states, "heldout": args.heldout_init_states}
@@ -116,7 +122,7 @@ class Campaign:
         from vla_gym.trainers.runtime.checkpoint import atomic_write_text, export_policy
         from vla_gym.trainers.runtime.results import repo_relative
 
-        name = f"libero_{self.args.suite}_seed{self.args.seed}_sft_protocol.pt"
+        name = f"libero_{self.args.suite}_seed{self.args.seed}_sft_{self.sft_variant}.pt"
         model = export_policy(checkpoint, self.args.export_dir, name)
         self.state.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.state / "sft.txt", f"{repo_relative(model)}\n")
@@ -124,6 +130,22 @@ class Campaign:
     @property
     def method(self) -> str:
         return self.args.method
+
+    @property
+    def variant(self) -> str:
+        """The rows' variant: the method's (``protocol`` for GRPO), then the extra cameras (``wrist``)."""
+        return "_".join(part for part in (VARIANTS[self.method], self.tag) if part)
+
+    @property
+    def sft_variant(self) -> str:
+        return "_".join(part for part in ("protocol", self.tag) if part)
+
+    def camera_overrides(self, policy: bool) -> list[str]:
+        """The env's cameras (and the SFT policy's, ``policy``) when the campaign uses more than the main one."""
+        if not self.tag:
+            return []
+        cameras = f"[{','.join(self.args.cameras)}]"
+        return [f"env.kwargs.cameras={cameras}", *([f"policy.kwargs.cameras={cameras}"] if policy else [])]
 
     @property
     def rl_run(self) -> pathlib.Path:
@@ -162,7 +184,7 @@ class Campaign:
     # ---- the steps
     def make_demos(self) -> None:
         run([sys.executable, "-m", "vla_gym.cli", "demos", self.env_id, "--init-states", self.args.demo_init_states,
-             "--noise", "0.1", "--cameras", "main", "--image-size", "128", "--workers", "2",
+             "--noise", "0.1", "--cameras", *self.args.cameras, "--image-size", "128", "--workers", "2",
              *self.task_flags(), "--out", str(self.demos)])
 
     def fit_sft(self) -> None:
@@ -170,7 +192,7 @@ class Campaign:
             self.make_demos()
         run([sys.executable, "trainers/sft.py", "--config", SFT_CONFIG, f"env.id={self.env_id}",
              f"run_dir={self.work}", "name=sft", f"sft.dataset={self.demos}", f"seed={self.args.seed}",
-             "sft.epochs=100", "sft.max_steps=2400", *self.args.sft_override])
+             "sft.epochs=100", "sft.max_steps=2400", *self.camera_overrides(policy=True), *self.args.sft_override])
         self.keep_sft(self.work / "sft" / "final.pt")
 
     def evaluated(self, who: str, split: str, mode: str, checkpoint: pathlib.Path | None) -> bool:
@@ -209,7 +231,8 @@ class Campaign:
             method = [f"policy.kwargs.base_checkpoint={repo_relative(self.sft)}", f"residual.train_init_states={starts}"]
         command = [sys.executable, f"trainers/{self.method}.py", "--config", RL_CONFIGS[self.method],
                    f"env.id={self.env_id}", f"run_dir={self.state}", f"name={self.method}", f"seed={self.args.seed}",
-                   *method, f"total_timesteps={self.rl_steps}", "checkpoint.keep_last=1", *self.args.rl_override]
+                   *method, f"total_timesteps={self.rl_steps}", "checkpoint.keep_last=1",
+                   *self.camera_overrides(policy=self.method == "grpo"), *self.args.rl_override]
         left = self.minutes_left()
         if left is not None:
             command.append(f"time_limit_s={int(60 * left)}")
@@ -219,15 +242,15 @@ class Campaign:
         results = pathlib.Path(self.args.results)
         rows = json.loads(results.read_text())["rows"] if results.is_file() else []
         return any((r["suite"], r["seed"], r["method"], r.get("variant"), r["split"], r["mode"]) ==
-                   (self.args.suite, self.args.seed, self.method, VARIANTS[self.method], split, mode) for r in rows)
+                   (self.args.suite, self.args.seed, self.method, self.variant, split, mode) for r in rows)
 
     def add_row(self, split: str, mode: str) -> None:
         """The (split, mode) row of ``--results`` (replacing an older one with the same key), the models exported."""
         run([sys.executable, "scripts/libero_rl_table.py", "add", "--suite", self.args.suite,
-             "--seed", str(self.args.seed), "--method", self.method, "--variant", VARIANTS[self.method], "--split", split,
+             "--seed", str(self.args.seed), "--method", self.method, "--variant", self.variant, "--split", split,
              "--mode", mode, "--sft-eval", str(self.eval_dir("sft", split, mode)),
              "--rl-eval", str(self.eval_dir("rl", split, mode)), "--sft-checkpoint", str(self.sft),
-             "--sft-variant", "protocol", "--rl-run", str(self.rl_run),
+             "--sft-variant", self.sft_variant, "--rl-run", str(self.rl_run),
              "--export-dir", self.args.export_dir, "--out", self.args.results])
 
     @property
@@ -293,7 +316,7 @@ class Campaign:
             (self.rl_run / spare).unlink(missing_ok=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None):
     parser = script_parser(__doc__)
     parser.add_argument("--suite", required=True, choices=sorted(ENV_IDS))
     parser.add_argument("--seed", type=int, required=True, help="the training seed of SFT and RL")
@@ -310,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the RL run's starts: init states 0..N-1 of every task")
     parser.add_argument("--heldout-init-states", default="40-49")
     parser.add_argument("--demo-init-states", default="0-2")
+    parser.add_argument("--cameras", nargs="+", default=["main"],
+                        help="the demos', SFT's and RL's cameras; more than main makes a campaign of its own "
+                             "(folder, model names and rows tagged with the others: main wrist -> _wrist)")
     parser.add_argument("--demos", default=None, help="use these demos (a LeRobot dataset) instead of recording them")
     parser.add_argument("--num-envs", type=int, default=2, help="trainers/eval.py --num-envs")
     parser.add_argument("--sft-override", nargs="*", default=[], metavar="key=value")
@@ -319,7 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", default=None, help="scratch for demos and the SFT run (default runs/...)")
     parser.add_argument("--export-dir", default=str(ROOT / "docs/results/checkpoints"))
     parser.add_argument("--results", default=str(ROOT / "docs/results/libero_rl.json"))
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     campaign = Campaign(args)
     if not args.status:
         campaign.run_all()

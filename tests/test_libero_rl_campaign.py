@@ -109,6 +109,27 @@ def test_campaign_runs_in_short_form_resumes_and_writes_the_rows(tmp_path):
     assert (state / "residual_curve.png").is_file()
 
 
+def test_more_cameras_make_a_campaign_of_their_own():
+    """``--cameras main wrist``: demos, SFT and RL see the wrist camera too, in a folder, model names and rows of
+    their own, so the main-camera campaign of the same (suite, seed) is untouched."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("libero_rl_campaign", ROOT / "scripts" / "libero_rl_campaign.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    plain = module.Campaign(module.parse_args(["--suite", "spatial", "--seed", "0", "--method", "residual"]))
+    wrist = module.Campaign(module.parse_args(["--suite", "spatial", "--seed", "0", "--method", "residual",
+                                               "--cameras", "main", "wrist"]))
+    assert (plain.state.name, plain.variant, plain.sft_variant) == ("spatial_s0", "", "protocol")
+    assert plain.camera_overrides(policy=True) == []
+    assert (wrist.state.name, wrist.work.name, wrist.variant, wrist.sft_variant) == (
+        "spatial_s0_wrist", "spatial_s0_wrist", "wrist", "protocol_wrist")
+    assert wrist.camera_overrides(policy=False) == ["env.kwargs.cameras=[main,wrist]"]  # residual: the SFT's policy
+    grpo = module.Campaign(module.parse_args(["--suite", "spatial", "--seed", "0", "--cameras", "main", "wrist"]))
+    assert grpo.variant == "protocol_wrist"
+    assert grpo.camera_overrides(policy=True) == ["env.kwargs.cameras=[main,wrist]", "policy.kwargs.cameras=[main,wrist]"]
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_committed_object_campaigns_read_complete_in_this_clone(seed):
     """The committed campaigns' reports name their checkpoints by the path of the clone that played them; a clone at
