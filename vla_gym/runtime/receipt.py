@@ -88,7 +88,14 @@ def source_revision(root: str | os.PathLike = _SOURCE) -> dict[str, Any]:
 
 
 def file_sha256(path: str | os.PathLike) -> str:
-    """The SHA-256 of a file, hex."""
+    """The SHA-256 of a file, hex; read once per process while the file is unchanged (an evaluation's receipt and
+    its resume plan both name the checkpoint, which may be gigabytes)."""
+    stat = os.stat(path)
+    return _sha256_of(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256_of(path: str, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
