@@ -153,6 +153,15 @@ def checkpoints(run_dir: pathlib.Path, name: str) -> list[pathlib.Path]:
     return sorted((pathlib.Path(run_dir) / name / "checkpoints").glob("ckpt_*.pt"))
 
 
+def scalar_tags(run: pathlib.Path) -> set[str]:
+    """The TensorBoard scalar tags a run at ``run`` logged."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(run / "tensorboard"))
+    accumulator.Reload()
+    return set(accumulator.Tags()["scalars"])
+
+
 def assert_clear_error(result: subprocess.CompletedProcess, *words: str) -> None:
     """A failure that explains itself: non-zero exit, the words in stderr, no Python traceback."""
     assert result.returncode != 0, f"expected a failure, it exited 0\n{result.stdout[-2000:]}"

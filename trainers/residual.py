@@ -177,7 +177,11 @@ class ResidualRL:
                 sums[key] += value
                 counts[key] += 1
         self.policy.eval()
-        return {key: sums[key] / counts[key] for key in sums}
+        metrics = {key: sums[key] / counts[key] for key in sums}
+        if self.td3.actor_steps:  # what the critic offers the actor (ResidualTD3.action_gains), once a round
+            probe = torch.Generator().manual_seed(self.cfg.seed * 100_003 + self.num_updates)  # not the training's
+            metrics.update(self.td3.action_gains(self.replay.sample(self.hp.batch_size, probe)))
+        return metrics
 
     # ---------------------------------------------------------------------------------------- loop
     def learn(self, callback: Callback | Callable | list | None = None) -> ResidualRL:

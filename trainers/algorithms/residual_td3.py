@@ -17,6 +17,11 @@ One call of :meth:`ResidualTD3.update` on a replay batch (:class:`~vla_gym.train
   hundred steps, chasing the critic's extrapolation: docs/libero_miniature.md).
 - targets: Polyak averaging with ``tau`` after each step.
 
+:meth:`ResidualTD3.action_gains` says whether the critic gives the actor anything to follow: the relative Q gain of
+the actor's residual and of the best residual within the bound (a few steps of gradient ascent), both in units of
+``mean|Q|`` like the actor's loss. A best gain far below ``residual_l2`` means the penalty rightly keeps the residual
+at the base: the critic has not learnt which actions succeed (``train/critic/best_gain``, ``train/actor/q_gain``).
+
 Critics see the executed action chunk flattened (``[B, K x A]``) beside the features; LayerNorm after every hidden
 layer keeps the Q values of unseen actions from running away (ResFiT, RLPD).
 """
@@ -110,6 +115,36 @@ class ResidualTD3:
         return loss, {"train/actor/loss": loss.item(), "train/actor/q": q.mean().item(),
                       "train/actor/residual_abs": residual.abs().mean().item(),
                       "train/actor/residual_max_frac": (residual.abs().max() / self.policy.scale).item()}
+
+    def action_gains(self, batch: dict[str, torch.Tensor], steps: int = 20, lr: float = 0.1) -> dict[str, float]:
+        """``Q_1``'s relative gain over the base's action on ``batch``: of the actor's residual
+        (``train/actor/q_gain``) and of the best residual within the bound that ``steps`` of Adam find
+        (``train/critic/best_gain``), with that residual's mean size in units of the bound."""
+        features, base = batch["features"], batch["base_actions"]
+        net = self.critics.nets[0]
+
+        def q(residual: torch.Tensor) -> torch.Tensor:
+            action = self.policy.executed_actions(base + residual)
+            return net(torch.cat([features, action.flatten(1)], dim=1)).squeeze(-1)
+
+        scale = self.policy.scale
+        with torch.no_grad():
+            q_base = q(torch.zeros_like(base))
+            q_scale = q_base.abs().mean().clamp(min=1e-3)
+            actor_gain = (q(self.policy.residual(features, base)) - q_base).mean() / q_scale
+        raw = torch.zeros_like(base, requires_grad=True)
+        optimizer = torch.optim.Adam([raw], lr=lr)
+        for _ in range(steps):
+            loss = -q(scale * torch.tanh(raw)).mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        self.critics.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            best = scale * torch.tanh(raw)
+            best_gain = (q(best) - q_base).mean() / q_scale
+        return {"train/actor/q_gain": actor_gain.item(), "train/critic/best_gain": best_gain.item(),
+                "train/critic/best_residual_frac": (best.abs().mean() / scale).item()}
 
     def update(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, float]:
         """One critic step, maybe one actor step, then the targets; returns the step's metrics."""
