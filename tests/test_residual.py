@@ -197,3 +197,37 @@ def test_action_gains_tell_a_critic_that_sees_the_action_from_one_that_does_not(
         linear.weight[0, policy.feature_dim] = 0.0
     blind = td3.action_gains(batch)
     assert blind["train/critic/best_gain"] == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.quick
+def test_warmup_noise_is_checked_and_used_only_during_the_warmup():
+    from vla_gym.trainers.residual import exploration_std
+    from vla_gym.trainers.runtime.config import ConfigError, ResidualConfig
+
+    with pytest.raises(ConfigError, match=r"residual\.warmup_exploration_std=0: must be positive"):
+        ResidualConfig(warmup_exploration_std=0)
+    wide = ResidualConfig(warmup_episodes=8, warmup_exploration_std=0.1, exploration_std=0.05)
+    assert [exploration_std(wide, n) for n in (0, 7, 8, 100)] == [0.1, 0.1, 0.05, 0.05]
+    assert exploration_std(ResidualConfig(warmup_episodes=8), 0) == 0.05  # unset: the warm-up plays as the rest
+
+
+def test_demos_go_into_every_batch_beside_the_rollouts(tmp_path):
+    """``residual.demos``: the dataset's decisions (every 8th frame, the demo's own chunk, its outcome) are encoded
+    once at the start and fill ``demo_fraction`` of every batch; a dataset of another camera set is refused."""
+    from vla_gym.data.record import record_demos
+
+    record_demos("VLA/LiberoObject-v0", tmp_path / "demos", episodes_per_task=1, task_ids=[0], keep_failures=True,
+                 progress=False, cameras=["main"], image_size=SHORT_IMAGE_SIZE, max_episode_steps=16)
+    short = [f"run_dir={tmp_path}", "torch_threads=1", "env.num_envs=1", "env.vectorization=sync",
+             "logging.progress_bar=false", f"env.kwargs.image_size={SHORT_IMAGE_SIZE}", "env.kwargs.max_episode_steps=16",
+             "residual.episodes_per_round=1", "residual.warmup_episodes=0", "residual.actor_warmup=0",
+             "residual.batch_size=8", "residual.updates_per_decision=1", f"residual.demos={tmp_path / 'demos'}",
+             "residual.warmup_exploration_std=0.1", "total_timesteps=16"]
+    result = run_command([*executable("python"), "trainers/residual.py", "--config", CONFIG, *short], timeout=300)
+    assert_ok(result)
+    assert f"residual.demos={tmp_path / 'demos'}: 2 decisions of 1 episodes" in result.stdout + result.stderr
+    state = torch.load(tmp_path / "residual" / "final.pt", weights_only=False)
+    assert state["td3"]["critic_steps"] == 2
+    wrong = run_command([*executable("python"), "trainers/residual.py", "--config", CONFIG, *short,
+                         "env.kwargs.cameras=[main,wrist]", "name=wrist"], timeout=300)
+    assert wrong.returncode != 0 and "set env.kwargs.cameras to cameras the dataset has" in wrong.stdout + wrong.stderr

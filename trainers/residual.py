@@ -20,8 +20,10 @@ ResidualTD3`). ResFiT (Ankile et al. 2025) is this recipe on real robots.
 A round: ``residual.episodes_per_round`` episodes from random (task, init state) pairs (init states below
 ``residual.train_init_states``) in ``env.num_envs`` envs, each decision's features, base action and executed action
 into the replay as the episode ends (one cut by a failed env worker is left out), then ``updates_per_decision`` x
-(decisions played) gradient steps once ``residual.warmup_episodes`` episodes are in. The first
-``residual.actor_warmup`` critic steps leave the actor at zero, so the critics first learn the base's outcomes.
+(decisions played) gradient steps once ``residual.warmup_episodes`` episodes are in (played with
+``residual.warmup_exploration_std`` when set: noise wider than the bound shows the critics actions on both sides of
+where the actor can go). The first ``residual.actor_warmup`` critic steps leave the actor at zero, so the critics
+first learn the base's outcomes.
 
 Rounds are the trainer's updates for the callbacks (``logging.log_interval``, ``checkpoint.every``, ``eval.every``);
 the logs' x axis is env steps. Checkpoints hold the residual's parameters, critics, targets, optimizers, counters
@@ -34,7 +36,9 @@ Metrics per round: ``env/success_once`` (the round's sampled episodes), ``replay
 ``target_mean``, ``success_auc`` (how well the critics' Q of the latest 2,000 decisions, scored before they were
 trained on, ranks the decisions of successful episodes above those of failed ones: 0.5 is no better than chance),
 ``train/actor/q``, ``residual_abs`` (mean absolute correction), ``residual_max_frac`` (largest
-correction over ``scale``), ``train/updates`` (critic steps so far) and ``time/*``.
+correction over ``scale``), ``train/actor/q_gain`` and ``train/critic/best_gain`` (the Q gain over the base of the
+actor's residual and of the best one within the bound, in units of mean|Q|: ``ResidualTD3.action_gains``),
+``train/updates`` (critic steps so far) and ``time/*``.
 """
 from __future__ import annotations
 
@@ -50,12 +54,14 @@ import numpy as np
 import torch
 
 from vla_gym.core.episodes import episode_sums
-from vla_gym.trainers.algorithms.replay import FeatureReplay
+from vla_gym.trainers.algorithms.replay import FeatureReplay, sample_mixed
 from vla_gym.trainers.algorithms.residual_td3 import ResidualTD3, TD3Settings
 from vla_gym.trainers.evaluation.periodic import TrainingEvaluator
 from vla_gym.trainers.evaluation.stats import rank_auc
 from vla_gym.trainers.policies import make_policy
+from vla_gym.trainers.policies.openvla_prompts import normalize_actions
 from vla_gym.trainers.policies.residual import ResidualPolicy
+from vla_gym.trainers.rollout.batch import to_torch
 from vla_gym.trainers.rollout.episode_plan import EpisodeSpec
 from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
 from vla_gym.trainers.runtime.callbacks import Callback, CallbackList, as_callback, default_callbacks
@@ -66,6 +72,7 @@ from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.envs import env_attr, make_envs
 from vla_gym.trainers.runtime.launch import logs_and_evaluation_lines
 from vla_gym.trainers.runtime.run import TrainingRun
+from vla_gym.trainers.sft import check_dataset_fits, open_dataset
 
 POLICY = "vla_gym.trainers.policies.residual:ResidualPolicy"
 
@@ -110,6 +117,8 @@ class ResidualRL:
         self.last_metrics: dict[str, float] = {}
         self.last_eval: dict[str, Any] | None = None
         self.run = TrainingRun(cfg, self.dist, cfg.path if write_run else None)
+        #: the demos' decisions (residual.demos), rebuilt from the dataset at every start, never overwritten
+        self.demo_replay = self.demo_decisions(self.hp.demos) if self.hp.demos else None
         self.evaluator = TrainingEvaluator(cfg, self.dist, self.run)
         self.run_path = self.run.path
 
@@ -122,6 +131,31 @@ class ResidualRL:
         return self.num_timesteps
 
     log_unit = "env steps"
+
+    def demo_decisions(self, path: str) -> FeatureReplay:
+        """A replay of a demo dataset's decisions: every K-th frame of each episode (K: the env's ``ActionChunk``)
+        with the base's features and greedy chunk there, the demo's own next K actions as the executed chunk, and the
+        episode's outcome (``success`` in the dataset's episodes; demos without it count as successes). Their actions
+        are not the base's, and they succeed: the critics see which actions lead to success (RLPD, ResFiT)."""
+        data = open_dataset(path, self.cfg.env.id)
+        layout = check_dataset_fits(data, self.policy.observation_space, self.policy.action_space)
+        chunk = layout["chunk"] or 1
+        replay = FeatureReplay(len(data) // chunk + data.num_episodes, self.policy.feature_dim,
+                               self.policy.action_shape, self.hp.gamma, self.hp.n_step)
+        for episode in data.episodes:
+            rows = list(range(episode["dataset_from_index"], episode["dataset_to_index"], chunk))
+            obs, actions, _ = data.batch(rows, chunk=layout["chunk"], cameras=layout["cameras"])
+            if not layout["cameras"]:
+                obs.pop("images")
+            features, base_actions = self.policy.base_outputs(to_torch(obs, self.device))
+            if self.policy.action_stats is not None:  # demos are in env units, the policy acts normalised
+                actions = normalize_actions(actions, self.policy.action_stats)
+            executed = self.policy.executed_actions(torch.as_tensor(actions, dtype=torch.float32).view_as(base_actions))
+            outcome = episode.get("success")
+            replay.add_episode(features, base_actions, executed, success=True if outcome is None else bool(outcome))
+        self.run.say(f"residual.demos={path}: {len(replay):,} decisions of {replay.episodes} episodes "
+                     f"({replay.successes} successful), {self.hp.demo_fraction:.0%} of every batch")
+        return replay
 
     # ------------------------------------------------------------------------------------ rollouts
     def round_specs(self) -> list[EpisodeSpec]:
@@ -147,6 +181,7 @@ class ResidualRL:
             for row in np.flatnonzero(np.asarray(jobs) >= 0):
                 decisions[int(jobs[row])].append((features[row], base_actions[row], actions[row]))
 
+        self.policy.set_exploration(std=exploration_std(self.hp, self.episodes))
         results = self.runner.run(self.round_specs(), deterministic=False, recorder=record,
                                   act_kwargs={"executed": True})
         added = 0
@@ -172,7 +207,8 @@ class ResidualRL:
         counts: dict[str, int] = collections.Counter()
         self.policy.train()
         for _ in range(steps):
-            batch = self.replay.sample(self.hp.batch_size, self.generator)
+            batch = sample_mixed(self.replay, self.demo_replay, self.hp.batch_size, self.hp.demo_fraction,
+                                 self.generator)
             for key, value in self.td3.update(batch, self.generator).items():
                 sums[key] += value
                 counts[key] += 1
@@ -293,6 +329,20 @@ class ResidualRL:
     def close(self) -> None:
         self.evaluator.close()
         self.envs.close()
+
+
+def exploration_std(hp, episodes: int) -> float:
+    """The rollouts' noise after ``episodes`` episodes: ``warmup_exploration_std`` (when set) during the
+    ``warmup_episodes``, ``exploration_std`` after them.
+
+    >>> from vla_gym.trainers.runtime.config import ResidualConfig
+    >>> hp = ResidualConfig(warmup_episodes=40, warmup_exploration_std=0.1, exploration_std=0.05)
+    >>> exploration_std(hp, 36), exploration_std(hp, 40)
+    (0.1, 0.05)
+    """
+    if hp.warmup_exploration_std is not None and episodes < hp.warmup_episodes:
+        return hp.warmup_exploration_std
+    return hp.exploration_std
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -225,6 +225,10 @@ class ResidualConfig:
     warmup_episodes: int = 40           # episodes of the base (residual zero) before the first gradient step
     train_init_states: int | None = None  # draw init states 0..N-1 of each task (null: all)
     exploration_std: float = 0.05       # the rollouts' Gaussian noise on every action dimension
+    warmup_exploration_std: float | None = None  # the warm-up episodes' noise (null: exploration_std); wider
+    #   than the bound shows the critics actions beyond the base's (ResFiT: uniform +-0.2 for a bound of 0.1)
+    demos: str | None = None            # a demo dataset of this env (e.g. the SFT's): its decisions in the batches
+    demo_fraction: float = 0.5          # of every batch, from the demos (RLPD's symmetric sampling)
     critic_hidden_sizes: list[int] = field(default_factory=lambda: [512, 512])
     critic_lr: float = 3.0e-4
     actor_lr: float = 1.0e-4
@@ -245,6 +249,12 @@ class ResidualConfig:
         for key in ("exploration_std", "critic_lr", "actor_lr", "tau"):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"residual.{key}={getattr(self, key)}: must be positive")
+        if not 0 <= self.demo_fraction < 1:
+            raise ConfigError(f"residual.demo_fraction={self.demo_fraction}: must be in [0, 1) (the rest of each batch "
+                              "comes from the rollouts)")
+        if self.warmup_exploration_std is not None and not self.warmup_exploration_std > 0:
+            raise ConfigError(f"residual.warmup_exploration_std={self.warmup_exploration_std}: must be positive "
+                              "(or null: the warm-up plays with exploration_std)")
         if self.updates_per_decision < 0 or self.warmup_episodes < 0 or self.actor_warmup < 0:
             raise ConfigError("residual.updates_per_decision, warmup_episodes and actor_warmup must be >= 0")
 
