@@ -1,7 +1,6 @@
 """What a residual RL run's critic offers its actor: ``ResidualTD3.action_gains`` on batches of the run's replay.
 
-    python scripts/residual_critic_probe.py --run docs/results/libero_rl_campaign/spatial_s0_wrist/residual \\
-        --out docs/results/libero_rl_campaign/spatial_s0_wrist/residual_critic_probe.json
+    python scripts/residual_critic_probe.py --run runs/libero_residual/residual --out runs/critic_probe.json
 
 ``--run`` is a residual run's folder while it still holds its critics and replay (``final.pt`` and ``replay.pt``; the
 campaign slims both away once the run is finished). Prints and writes, averaged over ``--batches`` replay batches: the
@@ -12,7 +11,6 @@ base because the critic has not learnt which actions succeed (docs/libero_miniat
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import pathlib
@@ -20,6 +18,7 @@ import sys
 
 import torch
 
+from vla_gym.runtime.cli_args import script_parser
 from vla_gym.trainers.algorithms.replay import FeatureReplay
 from vla_gym.trainers.algorithms.residual_td3 import ResidualTD3, TD3Settings
 from vla_gym.trainers.runtime.checkpoint import atomic_write_text, load_checkpoint, load_policy
@@ -47,7 +46,7 @@ def probe(run: pathlib.Path, batches: int = 8, batch_size: int = 256, seed: int 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--run", required=True, type=pathlib.Path, help="a residual run's folder (final.pt, replay.pt)")
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=256)
