@@ -153,13 +153,23 @@ def checkpoints(run_dir: pathlib.Path, name: str) -> list[pathlib.Path]:
     return sorted((pathlib.Path(run_dir) / name / "checkpoints").glob("ckpt_*.pt"))
 
 
-def scalar_tags(run: pathlib.Path) -> set[str]:
-    """The TensorBoard scalar tags a run at ``run`` logged."""
+def tensorboard_events(run: pathlib.Path):
+    """The TensorBoard events a run at ``run`` logged (an ``EventAccumulator``, loaded)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     accumulator = EventAccumulator(str(run / "tensorboard"))
     accumulator.Reload()
-    return set(accumulator.Tags()["scalars"])
+    return accumulator
+
+
+def scalar_tags(run: pathlib.Path) -> set[str]:
+    """The TensorBoard scalar tags a run at ``run`` logged."""
+    return set(tensorboard_events(run).Tags()["scalars"])
+
+
+def scalar_values(run: pathlib.Path, tag: str) -> list[float]:
+    """The values a run at ``run`` logged for the TensorBoard scalar ``tag``, in step order."""
+    return [event.value for event in tensorboard_events(run).Scalars(tag)]
 
 
 def assert_clear_error(result: subprocess.CompletedProcess, *words: str) -> None:

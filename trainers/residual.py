@@ -209,6 +209,8 @@ class ResidualRL:
         for _ in range(steps):
             batch = sample_mixed(self.replay, self.demo_replay, self.hp.batch_size, self.hp.demo_fraction,
                                  self.generator)
+            sums["train/batch_demo_share"] += batch["from_demos"].mean().item()
+            counts["train/batch_demo_share"] += 1
             for key, value in self.td3.update(batch, self.generator).items():
                 sums[key] += value
                 counts[key] += 1
@@ -286,8 +288,7 @@ class ResidualRL:
             raise ValueError(f"checkpoint.resume: a {str(state.get('algo')).upper()} checkpoint cannot resume residual "
                              "RL; its base goes into policy.kwargs.base_checkpoint (or set checkpoint.resume=null)")
         check_contract(checkpoint_contract(state), self.contract, "checkpoint.resume")
-        self.policy.load_state_dict(state["policy"])
-        self.policy.set_exploration(std=self.hp.exploration_std)
+        self.policy.load_state_dict(state["policy"])  # the rollouts' noise: collect() sets it every round
         if state.get("td3") is not None:
             self.td3.load_state_dict(state["td3"])
         else:  # a finished campaign run, slimmed for the repository (scripts/libero_rl_campaign.py)
