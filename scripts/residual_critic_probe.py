@@ -30,7 +30,7 @@ def probe(run: pathlib.Path, batches: int = 8, batch_size: int = 256, seed: int 
         raise SystemExit(f"{run / 'final.pt'}: not a residual run's checkpoint with its critics (a slimmed one has none)")
     hp = state["config"]["residual"]
     policy = load_policy(state)
-    settings = TD3Settings(**{f.name: hp[f.name] for f in dataclasses.fields(TD3Settings)})
+    settings = TD3Settings(**{f.name: hp.get(f.name, f.default) for f in dataclasses.fields(TD3Settings)})  # older runs lack newer keys
     td3 = ResidualTD3(policy, settings, hp["critic_hidden_sizes"])
     td3.load_state_dict(state["td3"])
     replay = FeatureReplay(hp["buffer_size"], policy.feature_dim, policy.action_shape, hp["gamma"], hp["n_step"])

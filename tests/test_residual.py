@@ -74,12 +74,15 @@ def test_replay_wraps_around_and_round_trips():
 
 
 @pytest.mark.usefixtures("one_torch_thread")  # small matrices: more threads only contend with the other workers
-def test_td3_moves_the_residual_toward_success():
+@pytest.mark.parametrize("critic_action", ["executed", "offset"])
+def test_td3_moves_the_residual_toward_success(critic_action):
     """One-decision episodes that succeed when the first action dimension exceeds the base's: the critic learns it
-    and the actor pushes that dimension's residual up (the old sign error would push it down)."""
+    and the actor pushes that dimension's residual up (the old sign error would push it down), whether the critics
+    see the executed chunk or the base's chunk and the offset from it."""
     torch.manual_seed(0)
     policy = residual_policy(scale=0.1, hidden_sizes=(32,))
-    settings = TD3Settings(critic_lr=1e-3, actor_lr=1e-3, actor_warmup=100, actor_every=1, target_noise=0.0)
+    settings = TD3Settings(critic_lr=1e-3, actor_lr=1e-3, actor_warmup=100, actor_every=1, target_noise=0.0,
+                           critic_action=critic_action)
     td3 = ResidualTD3(policy, settings, critic_hidden=(64, 64))
     replay = FeatureReplay(4096, policy.feature_dim, policy.action_shape, gamma=0.99, n_step=1)
     generator = torch.Generator().manual_seed(0)
@@ -197,6 +200,18 @@ def test_action_gains_tell_a_critic_that_sees_the_action_from_one_that_does_not(
         linear.weight[0, policy.feature_dim] = 0.0
     blind = td3.action_gains(batch)
     assert blind["train/critic/best_gain"] == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.quick
+def test_critic_action_is_checked_and_widens_the_critics_input():
+    from vla_gym.trainers.runtime.config import ConfigError, ResidualConfig
+
+    with pytest.raises(ConfigError, match=r"residual\.critic_action='residual': executed .* or offset"):
+        ResidualConfig(critic_action="residual")
+    policy = residual_policy(scale=0.1, hidden_sizes=(32,))
+    widths = {mode: ResidualTD3(policy, TD3Settings(critic_action=mode), (16,)).critics.nets[0][0].in_features
+              for mode in ("executed", "offset")}
+    assert widths == {"executed": policy.feature_dim + 56, "offset": policy.feature_dim + 2 * 56}
 
 
 @pytest.mark.quick

@@ -22,8 +22,11 @@ the actor's residual and of the best residual within the bound (a few steps of g
 ``mean|Q|`` like the actor's loss. A best gain far below ``residual_l2`` means the penalty rightly keeps the residual
 at the base: the critic has not learnt which actions succeed (``train/critic/best_gain``, ``train/actor/q_gain``).
 
-Critics see the executed action chunk flattened (``[B, K x A]``) beside the features; LayerNorm after every hidden
-layer keeps the Q values of unseen actions from running away (ResFiT, RLPD).
+Critics see the executed action chunk flattened (``[B, K x A]``) beside the features (``critic_action="executed"``),
+or the base's chunk and the offset from it in units of the bound (``"offset"``: ``[base, (action - base) / scale]``,
+the same information with the part the rollouts vary at unit scale instead of a few hundredths beside actions that
+span [-1, 1]); LayerNorm after every hidden layer keeps the Q values of unseen actions from running away (ResFiT,
+RLPD) (:func:`critic_action_input`).
 """
 from __future__ import annotations
 
@@ -34,6 +37,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+#: what the critics see of an action chunk (module docstring)
+CRITIC_ACTIONS = ("executed", "offset")
 
 
 class TwinCritic(nn.Module):
@@ -69,6 +75,7 @@ class TD3Settings:
     target_noise_clip: float = 0.05
     residual_l2: float = 0.0
     max_grad_norm: float = 10.0
+    critic_action: str = "executed"
 
 
 class ResidualTD3:
@@ -80,7 +87,10 @@ class ResidualTD3:
         action_dim = 1
         for size in policy.action_shape:
             action_dim *= int(size)
-        self.critics = TwinCritic(policy.feature_dim, action_dim, critic_hidden)
+        if settings.critic_action not in CRITIC_ACTIONS:
+            raise ValueError(f"residual.critic_action={settings.critic_action!r}: one of {', '.join(CRITIC_ACTIONS)}")
+        offset = settings.critic_action == "offset"
+        self.critics = TwinCritic(policy.feature_dim, action_dim * (2 if offset else 1), critic_hidden)
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
         self.actor_params = [p for layer in policy.actor_layers() for p in layer.parameters()]
         self.target_actor = tuple(copy.deepcopy(layer).requires_grad_(False) for layer in policy.actor_layers())
@@ -88,6 +98,15 @@ class ResidualTD3:
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=settings.actor_lr)
         self.critic_steps = 0
         self.actor_steps = 0
+
+    def critic_action(self, base: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """What the critics see of ``action`` where the base chose ``base`` (:func:`critic_action_input`)."""
+        return critic_action_input(self.settings.critic_action, base, action, self.policy.scale)
+
+    def q1(self, features: torch.Tensor, base: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """The first critic's value of executing ``base + residual`` (the actor's objective), ``[B]``."""
+        action = self.policy.executed_actions(base + residual)
+        return self.critics.nets[0](torch.cat([features, self.critic_action(base, action)], dim=1)).squeeze(-1)
 
     def critic_loss(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> tuple[torch.Tensor, dict]:
         s = self.settings
@@ -97,9 +116,9 @@ class ResidualTD3:
                 -s.target_noise_clip, s.target_noise_clip)
             next_action = self.policy.executed_actions(
                 next_base + self.policy.residual(nxt, next_base, self.target_actor) + noise)
-            next_q = self.target_critics(nxt, next_action).min(0).values
+            next_q = self.target_critics(nxt, self.critic_action(next_base, next_action)).min(0).values
             target = batch["returns"] + batch["discounts"] * next_q
-        q = self.critics(batch["features"], batch["actions"])
+        q = self.critics(batch["features"], self.critic_action(batch["base_actions"], batch["actions"]))
         loss = F.mse_loss(q, target.expand_as(q))
         return loss, {"train/critic/loss": loss.item(), "train/critic/q_mean": q.mean().item(),
                       "train/critic/target_mean": target.mean().item()}
@@ -107,8 +126,7 @@ class ResidualTD3:
     def actor_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         features, base = batch["features"], batch["base_actions"]
         residual = self.policy.residual(features, base)
-        action = self.policy.executed_actions(base + residual)
-        q = self.critics.nets[0](torch.cat([features, action.flatten(1)], dim=1)).squeeze(-1)
+        q = self.q1(features, base, residual)
         penalty = (residual / self.policy.scale).square().mean()
         q_scale = q.abs().mean().detach().clamp(min=1e-3)  # TD3+BC: the Q term in units of its batch magnitude
         loss = -q.mean() / q_scale + self.settings.residual_l2 * penalty
@@ -121,11 +139,9 @@ class ResidualTD3:
         (``train/actor/q_gain``) and of the best residual within the bound that ``steps`` of Adam find
         (``train/critic/best_gain``), with that residual's mean size in units of the bound."""
         features, base = batch["features"], batch["base_actions"]
-        net = self.critics.nets[0]
 
         def q(residual: torch.Tensor) -> torch.Tensor:
-            action = self.policy.executed_actions(base + residual)
-            return net(torch.cat([features, action.flatten(1)], dim=1)).squeeze(-1)
+            return self.q1(features, base, residual)
 
         scale = self.policy.scale
         with torch.no_grad():
@@ -184,6 +200,21 @@ class ResidualTD3:
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.actor_optimizer.load_state_dict(state["actor_optimizer"])
         self.critic_steps, self.actor_steps = int(state["critic_steps"]), int(state["actor_steps"])
+
+
+def critic_action_input(mode: str, base: torch.Tensor, action: torch.Tensor, scale: float) -> torch.Tensor:
+    """What the critics see of an executed ``action`` chunk taken where the base chose ``base`` (both ``[B, ...]``),
+    flattened: the action itself (``mode="executed"``), or ``[base, (action - base) / scale]`` (``"offset"``).
+
+    >>> base, action = torch.zeros(1, 2, 1), torch.full((1, 2, 1), 0.25)  # a chunk of 2 one-dim actions
+    >>> critic_action_input("offset", base, action, scale=0.5).tolist()   # offsets of half the bound
+    [[0.0, 0.0, 0.5, 0.5]]
+    >>> critic_action_input("executed", base, action, scale=0.5).tolist()
+    [[0.25, 0.25]]
+    """
+    if mode == "offset":
+        return torch.cat([base.flatten(1), ((action - base) / scale).flatten(1)], dim=1)
+    return action.flatten(1)
 
 
 def polyak(target: nn.Module, live: nn.Module, tau: float) -> None:

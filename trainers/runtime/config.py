@@ -239,6 +239,8 @@ class ResidualConfig:
     target_noise_clip: float = 0.05
     residual_l2: float = 0.0            # actor penalty on mean (residual / scale)^2, against Q / mean|Q|
     max_grad_norm: float = 10.0
+    critic_action: str = "executed"     # the critics see the executed chunk, or "offset": the base's chunk and
+    #   (action - base) / scale, the part the rollouts vary at unit scale
 
     def __post_init__(self):
         for key in ("n_step", "batch_size", "buffer_size", "episodes_per_round", "actor_every"):
@@ -255,6 +257,9 @@ class ResidualConfig:
         if self.warmup_exploration_std is not None and not self.warmup_exploration_std > 0:
             raise ConfigError(f"residual.warmup_exploration_std={self.warmup_exploration_std}: must be positive "
                               "(or null: the warm-up plays with exploration_std)")
+        if self.critic_action not in ("executed", "offset"):
+            raise ConfigError(f"residual.critic_action={self.critic_action!r}: executed (the chunk the env ran) or "
+                              "offset (the base's chunk and the residual in units of the bound)")
         if self.updates_per_decision < 0 or self.warmup_episodes < 0 or self.actor_warmup < 0:
             raise ConfigError("residual.updates_per_decision, warmup_episodes and actor_warmup must be >= 0")
 
