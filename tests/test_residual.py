@@ -74,15 +74,15 @@ def test_replay_wraps_around_and_round_trips():
 
 
 @pytest.mark.usefixtures("one_torch_thread")  # small matrices: more threads only contend with the other workers
-@pytest.mark.parametrize("critic_action", ["executed", "offset"])
-def test_td3_moves_the_residual_toward_success(critic_action):
+@pytest.mark.parametrize("critic_action, critic_feature_dim", [("executed", None), ("offset", 50)])
+def test_td3_moves_the_residual_toward_success(critic_action, critic_feature_dim):
     """One-decision episodes that succeed when the first action dimension exceeds the base's: the critic learns it
     and the actor pushes that dimension's residual up (the old sign error would push it down), whether the critics
-    see the executed chunk or the base's chunk and the offset from it."""
+    see the executed chunk or (with squeezed features) the base's chunk and the offset from it."""
     torch.manual_seed(0)
     policy = residual_policy(scale=0.1, hidden_sizes=(32,))
     settings = TD3Settings(critic_lr=1e-3, actor_lr=1e-3, actor_warmup=100, actor_every=1, target_noise=0.0,
-                           critic_action=critic_action)
+                           critic_action=critic_action, critic_feature_dim=critic_feature_dim)
     td3 = ResidualTD3(policy, settings, critic_hidden=(64, 64))
     replay = FeatureReplay(4096, policy.feature_dim, policy.action_shape, gamma=0.99, n_step=1)
     generator = torch.Generator().manual_seed(0)
@@ -203,15 +203,20 @@ def test_action_gains_tell_a_critic_that_sees_the_action_from_one_that_does_not(
 
 
 @pytest.mark.quick
-def test_critic_action_is_checked_and_widens_the_critics_input():
+def test_critic_inputs_are_checked_and_shape_the_critics():
     from vla_gym.trainers.runtime.config import ConfigError, ResidualConfig
 
     with pytest.raises(ConfigError, match=r"residual\.critic_action='residual': executed .* or offset"):
         ResidualConfig(critic_action="residual")
+    with pytest.raises(ConfigError, match=r"residual\.critic_feature_dim=0: must be at least 1"):
+        ResidualConfig(critic_feature_dim=0)
     policy = residual_policy(scale=0.1, hidden_sizes=(32,))
     widths = {mode: ResidualTD3(policy, TD3Settings(critic_action=mode), (16,)).critics.nets[0][0].in_features
               for mode in ("executed", "offset")}
     assert widths == {"executed": policy.feature_dim + 56, "offset": policy.feature_dim + 2 * 56}
+    squeezed = ResidualTD3(policy, TD3Settings(critic_action="offset", critic_feature_dim=50), (16,))
+    assert squeezed.critics.nets[0][0].in_features == 50 + 2 * 56
+    assert squeezed.critics(torch.zeros(3, policy.feature_dim), torch.zeros(3, 2 * 56)).shape == (2, 3)
 
 
 @pytest.mark.quick

@@ -26,7 +26,7 @@ Critics see the executed action chunk flattened (``[B, K x A]``) beside the feat
 or the base's chunk and the offset from it in units of the bound (``"offset"``: ``[base, (action - base) / scale]``,
 the same information with the part the rollouts vary at unit scale instead of a few hundredths beside actions that
 span [-1, 1]); LayerNorm after every hidden layer keeps the Q values of unseen actions from running away (ResFiT,
-RLPD) (:func:`critic_action_input`).
+RLPD) (:func:`critic_action_input`). ``critic_feature_dim`` squeezes the features first (:class:`TwinCritic`).
 """
 from __future__ import annotations
 
@@ -43,11 +43,22 @@ CRITIC_ACTIONS = ("executed", "offset")
 
 
 class TwinCritic(nn.Module):
-    """Two Q networks ``Linear -> LayerNorm -> ReLU`` per hidden size; ``forward`` gives ``[2, B]``."""
+    """Two Q networks ``Linear -> LayerNorm -> ReLU`` per hidden size; ``forward`` gives ``[2, B]``. With
+    ``feature_dim_squeezed`` each first maps the features to that many dims (``Linear -> LayerNorm -> tanh``, RLPD's
+    and SERL's encoder head) before the action joins them, so a 56-d action is not one input in thirty.
 
-    def __init__(self, feature_dim: int, action_dim: int, hidden_sizes: Sequence[int] = (512, 512)):
+    >>> TwinCritic(feature_dim=64, action_dim=2, hidden_sizes=(16,), feature_dim_squeezed=8).nets[0][0].in_features
+    10
+    """
+
+    def __init__(self, feature_dim: int, action_dim: int, hidden_sizes: Sequence[int] = (512, 512),
+                 feature_dim_squeezed: int | None = None):
         super().__init__()
-        self.nets = nn.ModuleList(self._net(feature_dim + action_dim, hidden_sizes) for _ in range(2))
+        width = feature_dim_squeezed or feature_dim
+        self.nets = nn.ModuleList(self._net(width + action_dim, hidden_sizes) for _ in range(2))
+        self.squeezes = nn.ModuleList(
+            nn.Sequential(nn.Linear(feature_dim, width), nn.LayerNorm(width), nn.Tanh()) for _ in range(2)
+        ) if feature_dim_squeezed else None
 
     @staticmethod
     def _net(width: int, hidden_sizes: Sequence[int]) -> nn.Sequential:
@@ -57,9 +68,14 @@ class TwinCritic(nn.Module):
             width = int(size)
         return nn.Sequential(*layers, nn.Linear(width, 1))
 
+    def q(self, index: int, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Critic ``index``'s values ``[B]`` (``actions`` as the critics see them, flattened)."""
+        if self.squeezes is not None:
+            features = self.squeezes[index](features)
+        return self.nets[index](torch.cat([features, actions.flatten(1)], dim=1)).squeeze(-1)
+
     def forward(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([features, actions.flatten(1)], dim=1)
-        return torch.stack([net(x).squeeze(-1) for net in self.nets])
+        return torch.stack([self.q(index, features, actions) for index in range(len(self.nets))])
 
 
 @dataclass
@@ -76,6 +92,7 @@ class TD3Settings:
     residual_l2: float = 0.0
     max_grad_norm: float = 10.0
     critic_action: str = "executed"
+    critic_feature_dim: int | None = None
 
 
 class ResidualTD3:
@@ -90,7 +107,8 @@ class ResidualTD3:
         if settings.critic_action not in CRITIC_ACTIONS:
             raise ValueError(f"residual.critic_action={settings.critic_action!r}: one of {', '.join(CRITIC_ACTIONS)}")
         offset = settings.critic_action == "offset"
-        self.critics = TwinCritic(policy.feature_dim, action_dim * (2 if offset else 1), critic_hidden)
+        self.critics = TwinCritic(policy.feature_dim, action_dim * (2 if offset else 1), critic_hidden,
+                                  settings.critic_feature_dim)
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
         self.actor_params = [p for layer in policy.actor_layers() for p in layer.parameters()]
         self.target_actor = tuple(copy.deepcopy(layer).requires_grad_(False) for layer in policy.actor_layers())
@@ -106,7 +124,7 @@ class ResidualTD3:
     def q1(self, features: torch.Tensor, base: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """The first critic's value of executing ``base + residual`` (the actor's objective), ``[B]``."""
         action = self.policy.executed_actions(base + residual)
-        return self.critics.nets[0](torch.cat([features, self.critic_action(base, action)], dim=1)).squeeze(-1)
+        return self.critics.q(0, features, self.critic_action(base, action))
 
     def critic_loss(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> tuple[torch.Tensor, dict]:
         s = self.settings

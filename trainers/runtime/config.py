@@ -241,6 +241,8 @@ class ResidualConfig:
     max_grad_norm: float = 10.0
     critic_action: str = "executed"     # the critics see the executed chunk, or "offset": the base's chunk and
     #   (action - base) / scale, the part the rollouts vary at unit scale
+    critic_feature_dim: int | None = None  # squeeze the features to this many dims (Linear, LayerNorm, tanh)
+    #   before the action joins them (RLPD: 50, SERL: 256); null: the full features
 
     def __post_init__(self):
         for key in ("n_step", "batch_size", "buffer_size", "episodes_per_round", "actor_every"):
@@ -260,6 +262,9 @@ class ResidualConfig:
         if self.critic_action not in ("executed", "offset"):
             raise ConfigError(f"residual.critic_action={self.critic_action!r}: executed (the chunk the env ran) or "
                               "offset (the base's chunk and the residual in units of the bound)")
+        if self.critic_feature_dim is not None and self.critic_feature_dim < 1:
+            raise ConfigError(f"residual.critic_feature_dim={self.critic_feature_dim}: must be at least 1 (or null: "
+                              "the critics take the full features)")
         if self.updates_per_decision < 0 or self.warmup_episodes < 0 or self.actor_warmup < 0:
             raise ConfigError("residual.updates_per_decision, warmup_episodes and actor_warmup must be >= 0")
 
