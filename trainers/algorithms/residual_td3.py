@@ -38,8 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-#: what the critics see of an action chunk (module docstring)
-CRITIC_ACTIONS = ("executed", "offset")
+from vla_gym.trainers.runtime.config import CRITIC_ACTIONS
 
 
 class TwinCritic(nn.Module):

@@ -212,6 +212,10 @@ class GRPOConfig:
         return low, high
 
 
+#: what residual RL's critics see of an action chunk (``residual.critic_action``; trainers/algorithms/residual_td3.py)
+CRITIC_ACTIONS = ("executed", "offset")
+
+
 @dataclass
 class ResidualConfig:
     """Residual RL on a frozen base policy (trainers/residual.py; the base is ``policy.kwargs.base_checkpoint``)."""
@@ -259,7 +263,7 @@ class ResidualConfig:
         if self.warmup_exploration_std is not None and not self.warmup_exploration_std > 0:
             raise ConfigError(f"residual.warmup_exploration_std={self.warmup_exploration_std}: must be positive "
                               "(or null: the warm-up plays with exploration_std)")
-        if self.critic_action not in ("executed", "offset"):
+        if self.critic_action not in CRITIC_ACTIONS:
             raise ConfigError(f"residual.critic_action={self.critic_action!r}: executed (the chunk the env ran) or "
                               "offset (the base's chunk and the residual in units of the bound)")
         if self.critic_feature_dim is not None and self.critic_feature_dim < 1:
