@@ -243,15 +243,15 @@ def test_demos_go_into_every_batch_beside_the_rollouts(tmp_path):
              "logging.progress_bar=false", f"env.kwargs.image_size={SHORT_IMAGE_SIZE}", "env.kwargs.max_episode_steps=16",
              "residual.episodes_per_round=1", "residual.warmup_episodes=0", "residual.actor_warmup=0",
              "residual.batch_size=8", "residual.updates_per_decision=1", f"residual.demos={tmp_path / 'demos'}",
-             "residual.warmup_exploration_std=0.1", "total_timesteps=16",
-             "residual.critic_action=offset", "residual.critic_feature_dim=8"]  # the critic options, from the CLI
+             "residual.warmup_exploration_std=0.1", "total_timesteps=32",  # two rounds: the second's decisions are
+             "residual.critic_action=offset", "residual.critic_feature_dim=8"]  # scored by the trained offset critics
     result = run_command([*executable("python"), "trainers/residual.py", "--config", CONFIG, *short], timeout=300)
     assert_ok(result)
     assert f"residual.demos={tmp_path / 'demos'}: 2 decisions of 1 episodes" in result.stdout + result.stderr
     state = torch.load(tmp_path / "residual" / "final.pt", weights_only=False)
-    assert state["td3"]["critic_steps"] == 2
+    assert state["td3"]["critic_steps"] == 4  # two rounds of two decisions, one step each
     assert state["td3"]["critics"]["squeezes.0.0.weight"].shape[0] == 8  # features squeezed to 8 before the action
-    assert scalar_values(tmp_path / "residual", "train/batch_demo_share") == [0.5]  # demo_fraction's default
+    assert scalar_values(tmp_path / "residual", "train/batch_demo_share") == [0.5, 0.5]  # demo_fraction's default
     wrong = run_command([*executable("python"), "trainers/residual.py", "--config", CONFIG, *short,
                          "env.kwargs.cameras=[main,wrist]", "name=wrist"], timeout=300)
     assert wrong.returncode != 0 and "set env.kwargs.cameras to cameras the dataset has" in wrong.stdout + wrong.stderr

@@ -191,7 +191,7 @@ class ResidualRL:
             features, base_actions, actions = (torch.stack(part) for part in zip(*decisions[job]))
             if self.td3.critic_steps:  # before the critics train on it: an out-of-sample check of what they learned
                 with torch.no_grad():
-                    q = self.td3.critics(features.half().float(), actions).mean(0)
+                    q = self.td3.values(features.half().float(), base_actions, actions).mean(0)
                 self.critic_check.extend((value, bool(result.success)) for value in q.tolist())
             added += self.replay.add_episode(features, base_actions, actions, success=bool(result.success))
         self.episodes += len(results)

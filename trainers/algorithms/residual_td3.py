@@ -120,6 +120,13 @@ class ResidualTD3:
         """What the critics see of ``action`` where the base chose ``base`` (:func:`critic_action_input`)."""
         return critic_action_input(self.settings.critic_action, base, action, self.policy.scale)
 
+    def values(self, features: torch.Tensor, base: torch.Tensor, action: torch.Tensor, target: bool = False
+               ) -> torch.Tensor:
+        """Both critics' values ``[2, B]`` of executing ``action`` where the base chose ``base`` (the target
+        critics' with ``target``): every caller goes through here, so each sees the action as the critics do."""
+        critics = self.target_critics if target else self.critics
+        return critics(features, self.critic_action(base, action))
+
     def q1(self, features: torch.Tensor, base: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """The first critic's value of executing ``base + residual`` (the actor's objective), ``[B]``."""
         action = self.policy.executed_actions(base + residual)
@@ -133,9 +140,9 @@ class ResidualTD3:
                 -s.target_noise_clip, s.target_noise_clip)
             next_action = self.policy.executed_actions(
                 next_base + self.policy.residual(nxt, next_base, self.target_actor) + noise)
-            next_q = self.target_critics(nxt, self.critic_action(next_base, next_action)).min(0).values
+            next_q = self.values(nxt, next_base, next_action, target=True).min(0).values
             target = batch["returns"] + batch["discounts"] * next_q
-        q = self.critics(batch["features"], self.critic_action(batch["base_actions"], batch["actions"]))
+        q = self.values(batch["features"], batch["base_actions"], batch["actions"])
         loss = F.mse_loss(q, target.expand_as(q))
         return loss, {"train/critic/loss": loss.item(), "train/critic/q_mean": q.mean().item(),
                       "train/critic/target_mean": target.mean().item()}
