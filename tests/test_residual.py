@@ -74,15 +74,18 @@ def test_replay_wraps_around_and_round_trips():
 
 
 @pytest.mark.usefixtures("one_torch_thread")  # small matrices: more threads only contend with the other workers
-@pytest.mark.parametrize("critic_action, critic_feature_dim", [("executed", None), ("offset", 50)])
-def test_td3_moves_the_residual_toward_success(critic_action, critic_feature_dim):
+@pytest.mark.parametrize("critic_action, critic_feature_dim, num_critics",
+                         [("executed", None, 2), ("offset", 50, 2), ("executed", None, 5)])
+def test_td3_moves_the_residual_toward_success(critic_action, critic_feature_dim, num_critics):
     """One-decision episodes that succeed when the first action dimension exceeds the base's: the critic learns it
     and the actor pushes that dimension's residual up (the old sign error would push it down), whether the critics
-    see the executed chunk or (with squeezed features) the base's chunk and the offset from it."""
+    see the executed chunk or (with squeezed features) the base's chunk and the offset from it, as twins or as an
+    ensemble of five."""
     torch.manual_seed(0)
     policy = residual_policy(scale=0.1, hidden_sizes=(32,))
     settings = TD3Settings(critic_lr=1e-3, actor_lr=1e-3, actor_warmup=100, actor_every=1, target_noise=0.0,
-                           critic_action=critic_action, critic_feature_dim=critic_feature_dim)
+                           critic_action=critic_action, critic_feature_dim=critic_feature_dim,
+                           num_critics=num_critics)
     td3 = ResidualTD3(policy, settings, critic_hidden=(64, 64))
     replay = FeatureReplay(4096, policy.feature_dim, policy.action_shape, gamma=0.99, n_step=1)
     generator = torch.Generator().manual_seed(0)
@@ -210,6 +213,8 @@ def test_critic_inputs_are_checked_and_shape_the_critics():
         ResidualConfig(critic_action="residual")
     with pytest.raises(ConfigError, match=r"residual\.critic_feature_dim=0: must be at least 1"):
         ResidualConfig(critic_feature_dim=0)
+    with pytest.raises(ConfigError, match=r"residual\.num_critics=1: must be at least 2"):
+        ResidualConfig(num_critics=1)
     policy = residual_policy(scale=0.1, hidden_sizes=(32,))
     widths = {mode: ResidualTD3(policy, TD3Settings(critic_action=mode), (16,)).critics.nets[0][0].in_features
               for mode in ("executed", "offset")}
@@ -217,6 +222,22 @@ def test_critic_inputs_are_checked_and_shape_the_critics():
     squeezed = ResidualTD3(policy, TD3Settings(critic_action="offset", critic_feature_dim=50), (16,))
     assert squeezed.critics.nets[0][0].in_features == 50 + 2 * 56
     assert squeezed.critics(torch.zeros(3, policy.feature_dim), torch.zeros(3, 2 * 56)).shape == (2, 3)
+    ensemble = ResidualTD3(policy, TD3Settings(num_critics=5), (16,))
+    assert ensemble.critics(torch.zeros(3, policy.feature_dim), torch.zeros(3, 56)).shape == (5, 3)
+
+
+@pytest.mark.quick
+def test_targets_take_the_minimum_of_the_twins_or_of_a_random_pair_of_the_ensemble():
+    """TD3's twins: the minimum of both. An ensemble (REDQ): the minimum of a pair drawn each step, so the target is
+    pessimistic but not always the single lowest critic's (which would under-estimate everywhere)."""
+    policy = residual_policy(scale=0.1, hidden_sizes=(32,))
+    generator = torch.Generator().manual_seed(0)
+    twins = ResidualTD3(policy, TD3Settings(), (16,))
+    assert twins.pessimistic_target(torch.tensor([[1.0, 5.0], [2.0, 3.0]]), generator).tolist() == [1.0, 3.0]
+    ensemble = ResidualTD3(policy, TD3Settings(num_critics=5), (16,))
+    values = torch.arange(5.0).unsqueeze(1)  # critic i says i
+    drawn = {ensemble.pessimistic_target(values, generator).item() for _ in range(200)}
+    assert drawn == {0.0, 1.0, 2.0, 3.0}  # the lower of two distinct critics: never the highest, not only the lowest
 
 
 @pytest.mark.quick
@@ -234,7 +255,8 @@ def test_warmup_noise_is_checked_and_used_only_during_the_warmup():
 def test_demos_go_into_every_batch_beside_the_rollouts(tmp_path):
     """``residual.demos``: the dataset's decisions (every 8th frame, the demo's own chunk, its outcome) are encoded
     once at the start and fill ``demo_fraction`` of every batch; a dataset of another camera set is refused. The run
-    also takes the critic options (``critic_action=offset``, ``critic_feature_dim``) from the command line."""
+    also takes the critic options (``critic_action=offset``, ``critic_feature_dim``, ``num_critics``) from the
+    command line."""
     from vla_gym.data.record import record_demos
 
     record_demos("VLA/LiberoObject-v0", tmp_path / "demos", episodes_per_task=1, task_ids=[0], keep_failures=True,
@@ -244,13 +266,15 @@ def test_demos_go_into_every_batch_beside_the_rollouts(tmp_path):
              "residual.episodes_per_round=1", "residual.warmup_episodes=0", "residual.actor_warmup=0",
              "residual.batch_size=8", "residual.updates_per_decision=1", f"residual.demos={tmp_path / 'demos'}",
              "residual.warmup_exploration_std=0.1", "total_timesteps=32",  # two rounds: the second's decisions are
-             "residual.critic_action=offset", "residual.critic_feature_dim=8"]  # scored by the trained offset critics
+             "residual.critic_action=offset", "residual.critic_feature_dim=8",  # scored by the trained offset critics
+             "residual.num_critics=3"]
     result = run_command([*executable("python"), "trainers/residual.py", "--config", CONFIG, *short], timeout=300)
     assert_ok(result)
     assert f"residual.demos={tmp_path / 'demos'}: 2 decisions of 1 episodes" in result.stdout + result.stderr
     state = torch.load(tmp_path / "residual" / "final.pt", weights_only=False)
     assert state["td3"]["critic_steps"] == 4  # two rounds of two decisions, one step each
     assert state["td3"]["critics"]["squeezes.0.0.weight"].shape[0] == 8  # features squeezed to 8 before the action
+    assert "nets.2.0.weight" in state["td3"]["critics"] and "nets.3.0.weight" not in state["td3"]["critics"]
     assert scalar_values(tmp_path / "residual", "train/batch_demo_share") == [0.5, 0.5]  # demo_fraction's default
     wrong = run_command([*executable("python"), "trainers/residual.py", "--config", CONFIG, *short,
                          "env.kwargs.cameras=[main,wrist]", "name=wrist"], timeout=300)

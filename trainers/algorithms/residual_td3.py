@@ -1,16 +1,18 @@
-"""The update of residual RL on a frozen base: twin critics with LayerNorm, n-step TD targets, a delayed actor
-(TD3's rules), all on the base's features, never on images (``trainers/residual.py`` plays the episodes).
+"""The update of residual RL on a frozen base: twin critics (or an ensemble) with LayerNorm, n-step TD targets, a
+delayed actor (TD3's rules), all on the base's features, never on images (``trainers/residual.py`` plays the episodes).
 
-    >>> critics = TwinCritic(feature_dim=4, action_dim=2, hidden_sizes=(16, 16))
+    >>> critics = CriticEnsemble(feature_dim=4, action_dim=2, hidden_sizes=(16, 16))
     >>> critics(torch.zeros(3, 4), torch.zeros(3, 2)).shape      # [2 critics, B]
     torch.Size([2, 3])
 
 One call of :meth:`ResidualTD3.update` on a replay batch (:class:`~vla_gym.trainers.algorithms.replay.FeatureReplay`):
 
 - critic: ``y = R_n + gamma^n * min_i Q'_i(s_{t+n}, a')`` with ``a'`` the target residual policy's action at
-  ``s_{t+n}`` plus clipped Gaussian noise (target policy smoothing); loss: the mean squared error of both critics.
+  ``s_{t+n}`` plus clipped Gaussian noise (target policy smoothing); loss: the mean squared error of every critic.
+  With ``num_critics`` > 2 the minimum is over a pair drawn afresh each step (REDQ, Chen et al. 2021; ResFiT uses 10).
 - actor (every ``actor_every`` critic steps, once ``actor_warmup`` critic steps are done, so the actor follows a
-  critic that has seen the base's outcomes first): maximise ``Q_1(s, base(s) + residual(s)) / mean|Q_1|`` (TD3+BC's
+  critic that has seen the base's outcomes first): maximise ``Q(s, base(s) + residual(s)) / mean|Q|`` with ``Q``
+  the first critic of a twin (TD3) or the ensemble's mean (REDQ) (:meth:`ResidualTD3.actor_q`; TD3+BC's
   normalisation, Fujimoto & Gu 2021) minus ``residual_l2`` times the mean square of ``residual / scale``: a
   residual at its bound in every dimension must buy a relative Q gain of ``residual_l2``, so it stays near the base
   where the critic has no clear gradient (without it the actor went to the bound in every dimension within a few
@@ -26,7 +28,7 @@ Critics see the executed action chunk flattened (``[B, K x A]``) beside the feat
 or the base's chunk and the offset from it in units of the bound (``"offset"``: ``[base, (action - base) / scale]``,
 the same information with the part the rollouts vary at unit scale instead of a few hundredths beside actions that
 span [-1, 1]); LayerNorm after every hidden layer keeps the Q values of unseen actions from running away (ResFiT,
-RLPD) (:func:`critic_action_input`). ``critic_feature_dim`` squeezes the features first (:class:`TwinCritic`).
+RLPD) (:func:`critic_action_input`). ``critic_feature_dim`` squeezes the features first (:class:`CriticEnsemble`).
 """
 from __future__ import annotations
 
@@ -41,22 +43,23 @@ from torch import nn
 from vla_gym.trainers.runtime.config import CRITIC_ACTIONS
 
 
-class TwinCritic(nn.Module):
-    """Two Q networks ``Linear -> LayerNorm -> ReLU`` per hidden size; ``forward`` gives ``[2, B]``. With
+class CriticEnsemble(nn.Module):
+    """``count`` Q networks (2: TD3's twins), ``Linear -> LayerNorm -> ReLU`` per hidden size; ``forward`` gives
+    ``[count, B]``. With
     ``feature_dim_squeezed`` each first maps the features to that many dims (``Linear -> LayerNorm -> tanh``, RLPD's
     and SERL's encoder head) before the action joins them, so a 56-d action is not one input in thirty.
 
-    >>> TwinCritic(feature_dim=64, action_dim=2, hidden_sizes=(16,), feature_dim_squeezed=8).nets[0][0].in_features
+    >>> CriticEnsemble(feature_dim=64, action_dim=2, hidden_sizes=(16,), feature_dim_squeezed=8).nets[0][0].in_features
     10
     """
 
     def __init__(self, feature_dim: int, action_dim: int, hidden_sizes: Sequence[int] = (512, 512),
-                 feature_dim_squeezed: int | None = None):
+                 feature_dim_squeezed: int | None = None, count: int = 2):
         super().__init__()
         width = feature_dim_squeezed or feature_dim
-        self.nets = nn.ModuleList(self._net(width + action_dim, hidden_sizes) for _ in range(2))
+        self.nets = nn.ModuleList(self._net(width + action_dim, hidden_sizes) for _ in range(count))
         self.squeezes = nn.ModuleList(
-            nn.Sequential(nn.Linear(feature_dim, width), nn.LayerNorm(width), nn.Tanh()) for _ in range(2)
+            nn.Sequential(nn.Linear(feature_dim, width), nn.LayerNorm(width), nn.Tanh()) for _ in range(count)
         ) if feature_dim_squeezed else None
 
     @staticmethod
@@ -92,6 +95,7 @@ class TD3Settings:
     max_grad_norm: float = 10.0
     critic_action: str = "executed"
     critic_feature_dim: int | None = None
+    num_critics: int = 2
 
 
 class ResidualTD3:
@@ -106,8 +110,8 @@ class ResidualTD3:
         if settings.critic_action not in CRITIC_ACTIONS:
             raise ValueError(f"residual.critic_action={settings.critic_action!r}: one of {', '.join(CRITIC_ACTIONS)}")
         offset = settings.critic_action == "offset"
-        self.critics = TwinCritic(policy.feature_dim, action_dim * (2 if offset else 1), critic_hidden,
-                                  settings.critic_feature_dim)
+        self.critics = CriticEnsemble(policy.feature_dim, action_dim * (2 if offset else 1), critic_hidden,
+                                      settings.critic_feature_dim, settings.num_critics)
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
         self.actor_params = [p for layer in policy.actor_layers() for p in layer.parameters()]
         self.target_actor = tuple(copy.deepcopy(layer).requires_grad_(False) for layer in policy.actor_layers())
@@ -127,10 +131,20 @@ class ResidualTD3:
         critics = self.target_critics if target else self.critics
         return critics(features, self.critic_action(base, action))
 
-    def q1(self, features: torch.Tensor, base: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        """The first critic's value of executing ``base + residual`` (the actor's objective), ``[B]``."""
+    def actor_q(self, features: torch.Tensor, base: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """The value of executing ``base + residual`` that the actor climbs, ``[B]``: the first critic of a twin
+        (TD3), the mean of a larger ensemble (REDQ)."""
         action = self.policy.executed_actions(base + residual)
-        return self.critics.q(0, features, self.critic_action(base, action))
+        seen = self.critic_action(base, action)
+        if len(self.critics.nets) == 2:
+            return self.critics.q(0, features, seen)
+        return self.critics(features, seen).mean(0)
+
+    def pessimistic_target(self, values: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """The minimum over both twins, or over a pair of the ensemble drawn with ``generator`` (REDQ)."""
+        if len(values) > 2:
+            values = values[torch.randperm(len(values), generator=generator)[:2]]
+        return values.min(0).values
 
     def critic_loss(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> tuple[torch.Tensor, dict]:
         s = self.settings
@@ -140,7 +154,7 @@ class ResidualTD3:
                 -s.target_noise_clip, s.target_noise_clip)
             next_action = self.policy.executed_actions(
                 next_base + self.policy.residual(nxt, next_base, self.target_actor) + noise)
-            next_q = self.values(nxt, next_base, next_action, target=True).min(0).values
+            next_q = self.pessimistic_target(self.values(nxt, next_base, next_action, target=True), generator)
             target = batch["returns"] + batch["discounts"] * next_q
         q = self.values(batch["features"], batch["base_actions"], batch["actions"])
         loss = F.mse_loss(q, target.expand_as(q))
@@ -150,7 +164,7 @@ class ResidualTD3:
     def actor_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         features, base = batch["features"], batch["base_actions"]
         residual = self.policy.residual(features, base)
-        q = self.q1(features, base, residual)
+        q = self.actor_q(features, base, residual)
         penalty = (residual / self.policy.scale).square().mean()
         q_scale = q.abs().mean().detach().clamp(min=1e-3)  # TD3+BC: the Q term in units of its batch magnitude
         loss = -q.mean() / q_scale + self.settings.residual_l2 * penalty
@@ -159,13 +173,13 @@ class ResidualTD3:
                       "train/actor/residual_max_frac": (residual.abs().max() / self.policy.scale).item()}
 
     def action_gains(self, batch: dict[str, torch.Tensor], steps: int = 20, lr: float = 0.1) -> dict[str, float]:
-        """``Q_1``'s relative gain over the base's action on ``batch``: of the actor's residual
+        """The actor's ``Q``'s (:meth:`actor_q`) relative gain over the base's action on ``batch``: of the actor's residual
         (``train/actor/q_gain``) and of the best residual within the bound that ``steps`` of Adam find
         (``train/critic/best_gain``), with that residual's mean size in units of the bound."""
         features, base = batch["features"], batch["base_actions"]
 
         def q(residual: torch.Tensor) -> torch.Tensor:
-            return self.q1(features, base, residual)
+            return self.actor_q(features, base, residual)
 
         scale = self.policy.scale
         with torch.no_grad():

@@ -247,6 +247,8 @@ class ResidualConfig:
     #   (action - base) / scale, the part the rollouts vary at unit scale
     critic_feature_dim: int | None = None  # squeeze the features to this many dims (Linear, LayerNorm, tanh)
     #   before the action joins them (RLPD: 50, SERL: 256); null: the full features
+    num_critics: int = 2                # TD3's twins; more: REDQ's ensemble (targets: min of a random pair; actor:
+    #   their mean), which makes it harder for the actor to find an action every critic over-values
 
     def __post_init__(self):
         for key in ("n_step", "batch_size", "buffer_size", "episodes_per_round", "actor_every"):
@@ -269,6 +271,9 @@ class ResidualConfig:
         if self.critic_feature_dim is not None and self.critic_feature_dim < 1:
             raise ConfigError(f"residual.critic_feature_dim={self.critic_feature_dim}: must be at least 1 (or null: "
                               "the critics take the full features)")
+        if self.num_critics < 2:
+            raise ConfigError(f"residual.num_critics={self.num_critics}: must be at least 2 (a pessimistic target "
+                              "takes the minimum of two)")
         if self.updates_per_decision < 0 or self.warmup_episodes < 0 or self.actor_warmup < 0:
             raise ConfigError("residual.updates_per_decision, warmup_episodes and actor_warmup must be >= 0")
 
