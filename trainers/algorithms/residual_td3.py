@@ -45,9 +45,9 @@ from vla_gym.trainers.runtime.config import CRITIC_ACTIONS
 
 class CriticEnsemble(nn.Module):
     """``count`` Q networks (2: TD3's twins), ``Linear -> LayerNorm -> ReLU`` per hidden size; ``forward`` gives
-    ``[count, B]``. With
-    ``feature_dim_squeezed`` each first maps the features to that many dims (``Linear -> LayerNorm -> tanh``, RLPD's
-    and SERL's encoder head) before the action joins them, so a 56-d action is not one input in thirty.
+    ``[count, B]``. With ``feature_dim_squeezed`` each first maps the features to that many dims (``Linear ->
+    LayerNorm -> tanh``, RLPD's and SERL's encoder head) before the action joins them, so a 56-d action is not one
+    input in thirty.
 
     >>> CriticEnsemble(feature_dim=64, action_dim=2, hidden_sizes=(16,), feature_dim_squeezed=8).nets[0][0].in_features
     10
@@ -126,7 +126,7 @@ class ResidualTD3:
 
     def values(self, features: torch.Tensor, base: torch.Tensor, action: torch.Tensor, target: bool = False
                ) -> torch.Tensor:
-        """Both critics' values ``[2, B]`` of executing ``action`` where the base chose ``base`` (the target
+        """Every critic's value ``[num_critics, B]`` of executing ``action`` where the base chose ``base`` (the target
         critics' with ``target``): every caller goes through here, so each sees the action as the critics do."""
         critics = self.target_critics if target else self.critics
         return critics(features, self.critic_action(base, action))
@@ -173,8 +173,8 @@ class ResidualTD3:
                       "train/actor/residual_max_frac": (residual.abs().max() / self.policy.scale).item()}
 
     def action_gains(self, batch: dict[str, torch.Tensor], steps: int = 20, lr: float = 0.1) -> dict[str, float]:
-        """The actor's ``Q``'s (:meth:`actor_q`) relative gain over the base's action on ``batch``: of the actor's residual
-        (``train/actor/q_gain``) and of the best residual within the bound that ``steps`` of Adam find
+        """The relative gain of the actor's ``Q`` (:meth:`actor_q`) over the base's action on ``batch``: of the
+        actor's residual (``train/actor/q_gain``) and of the best residual within the bound that ``steps`` of Adam find
         (``train/critic/best_gain``), with that residual's mean size in units of the bound."""
         features, base = batch["features"], batch["base_actions"]
 
