@@ -233,11 +233,15 @@ def test_targets_take_the_minimum_of_the_twins_or_of_a_random_pair_of_the_ensemb
     policy = residual_policy(scale=0.1, hidden_sizes=(32,))
     generator = torch.Generator().manual_seed(0)
     twins = ResidualTD3(policy, TD3Settings(), (16,))
-    assert twins.pessimistic_target(torch.tensor([[1.0, 5.0], [2.0, 3.0]]), generator).tolist() == [1.0, 3.0]
+    assert twins.target_pair(generator) == [0, 1]
     ensemble = ResidualTD3(policy, TD3Settings(num_critics=5), (16,))
     values = torch.arange(5.0).unsqueeze(1)  # critic i says i
-    drawn = {ensemble.pessimistic_target(values, generator).item() for _ in range(200)}
+    pairs = [ensemble.target_pair(generator) for _ in range(200)]
+    assert all(len(set(pair)) == 2 for pair in pairs)  # two distinct critics each step
+    drawn = {values[pair].min(0).values.item() for pair in pairs}
     assert drawn == {0.0, 1.0, 2.0, 3.0}  # the lower of two distinct critics: never the highest, not only the lowest
+    features = torch.zeros(3, policy.feature_dim)
+    assert ensemble.critics(features, torch.zeros(3, 56), [4, 1]).shape == (2, 3)  # only the drawn pair is evaluated
 
 
 @pytest.mark.quick

@@ -76,8 +76,11 @@ class CriticEnsemble(nn.Module):
             features = self.squeezes[index](features)
         return self.nets[index](torch.cat([features, actions.flatten(1)], dim=1)).squeeze(-1)
 
-    def forward(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return torch.stack([self.q(index, features, actions) for index in range(len(self.nets))])
+    def forward(self, features: torch.Tensor, actions: torch.Tensor, indices: Sequence[int] | None = None
+                ) -> torch.Tensor:
+        """The values of critics ``indices`` (all by default), ``[len(indices), B]``."""
+        chosen = range(len(self.nets)) if indices is None else indices
+        return torch.stack([self.q(int(index), features, actions) for index in chosen])
 
 
 @dataclass
@@ -124,12 +127,13 @@ class ResidualTD3:
         """What the critics see of ``action`` where the base chose ``base`` (:func:`critic_action_input`)."""
         return critic_action_input(self.settings.critic_action, base, action, self.policy.scale)
 
-    def values(self, features: torch.Tensor, base: torch.Tensor, action: torch.Tensor, target: bool = False
-               ) -> torch.Tensor:
+    def values(self, features: torch.Tensor, base: torch.Tensor, action: torch.Tensor, target: bool = False,
+               indices: Sequence[int] | None = None) -> torch.Tensor:
         """Every critic's value ``[num_critics, B]`` of executing ``action`` where the base chose ``base`` (the target
-        critics' with ``target``): every caller goes through here, so each sees the action as the critics do."""
+        critics' with ``target``; only critics ``indices`` if given): every caller goes through here, so each sees
+        the action as the critics do."""
         critics = self.target_critics if target else self.critics
-        return critics(features, self.critic_action(base, action))
+        return critics(features, self.critic_action(base, action), indices)
 
     def actor_q(self, features: torch.Tensor, base: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """The value of executing ``base + residual`` that the actor climbs, ``[B]``: the first critic of a twin
@@ -140,11 +144,11 @@ class ResidualTD3:
             return self.critics.q(0, features, seen)
         return self.critics(features, seen).mean(0)
 
-    def pessimistic_target(self, values: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """The minimum over both twins, or over a pair of the ensemble drawn with ``generator`` (REDQ)."""
-        if len(values) > 2:
-            values = values[torch.randperm(len(values), generator=generator)[:2]]
-        return values.min(0).values
+    def target_pair(self, generator: torch.Generator) -> list[int]:
+        """The critics whose minimum makes the TD target: both twins, or a pair of the ensemble drawn with
+        ``generator`` (REDQ); only those target critics are evaluated."""
+        count = len(self.critics.nets)
+        return [0, 1] if count == 2 else torch.randperm(count, generator=generator)[:2].tolist()
 
     def critic_loss(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> tuple[torch.Tensor, dict]:
         s = self.settings
@@ -154,7 +158,8 @@ class ResidualTD3:
                 -s.target_noise_clip, s.target_noise_clip)
             next_action = self.policy.executed_actions(
                 next_base + self.policy.residual(nxt, next_base, self.target_actor) + noise)
-            next_q = self.pessimistic_target(self.values(nxt, next_base, next_action, target=True), generator)
+            pair = self.target_pair(generator)
+            next_q = self.values(nxt, next_base, next_action, target=True, indices=pair).min(0).values
             target = batch["returns"] + batch["discounts"] * next_q
         q = self.values(batch["features"], batch["base_actions"], batch["actions"])
         loss = F.mse_loss(q, target.expand_as(q))
