@@ -73,33 +73,56 @@ def test_replay_wraps_around_and_round_trips():
     assert torch.equal(copy.returns, replay.returns) and (copy.episodes, copy.successes) == (2, 1)
 
 
-@pytest.mark.usefixtures("one_torch_thread")  # small matrices: more threads only contend with the other workers
-@pytest.mark.parametrize("critic_action, critic_feature_dim, num_critics",
-                         [("executed", None, 2), ("offset", 50, 2), ("executed", None, 5)])
-def test_td3_moves_the_residual_toward_success(critic_action, critic_feature_dim, num_critics):
-    """One-decision episodes that succeed when the first action dimension exceeds the base's: the critic learns it
-    and the actor pushes that dimension's residual up (the old sign error would push it down), whether the critics
-    see the executed chunk or (with squeezed features) the base's chunk and the offset from it, as twins or as an
-    ensemble of five."""
+def toy_residual(settings: TD3Settings, vary_all_dims: bool = True) -> torch.Tensor:
+    """Train ``settings`` on one-decision episodes that succeed when the first action dimension exceeds the base's
+    (zero); the data vary every dimension (or only the first); returns the trained residual on a replay batch."""
     torch.manual_seed(0)
     policy = residual_policy(scale=0.1, hidden_sizes=(32,))
-    settings = TD3Settings(critic_lr=1e-3, actor_lr=1e-3, actor_warmup=100, actor_every=1, target_noise=0.0,
-                           critic_action=critic_action, critic_feature_dim=critic_feature_dim,
-                           num_critics=num_critics)
     td3 = ResidualTD3(policy, settings, critic_hidden=(64, 64))
     replay = FeatureReplay(4096, policy.feature_dim, policy.action_shape, gamma=0.99, n_step=1)
     generator = torch.Generator().manual_seed(0)
     for _ in range(512):
         features = torch.randn(1, policy.feature_dim, generator=generator)
         base = torch.zeros(1, *policy.action_shape)
-        actions = base + 0.1 * torch.randn(base.shape, generator=generator)
+        noise = 0.1 * torch.randn(base.shape, generator=generator)
+        if not vary_all_dims:
+            noise.view(-1)[1:] = 0.0
+        actions = base + noise
         replay.add_episode(features, base, actions, success=bool(actions[0, 0, 0] > 0))
     for _ in range(600):
         td3.update(replay.sample(128, generator), generator)
+    assert td3.critic_steps == 600 and td3.actor_steps == 600 - settings.actor_warmup
     batch = replay.sample(256, generator)
-    residual = policy.residual(batch["features"], batch["base_actions"]).detach()
+    return policy.residual(batch["features"], batch["base_actions"]).detach()
+
+
+TOY = dict(critic_lr=1e-3, actor_lr=1e-3, actor_warmup=100, actor_every=1, target_noise=0.0)
+
+
+@pytest.mark.usefixtures("one_torch_thread")  # small matrices: more threads only contend with the other workers
+@pytest.mark.parametrize("critic_action, critic_feature_dim, num_critics",
+                         [("executed", None, 2), ("offset", 50, 2), ("executed", None, 5)])
+def test_td3_moves_the_residual_toward_success(critic_action, critic_feature_dim, num_critics):
+    """The critic learns which way the first dimension succeeds and the actor pushes that dimension's residual up
+    (the old sign error would push it down), whether the critics see the executed chunk or (with squeezed
+    features) the base's chunk and the offset from it, as twins or as an ensemble of five."""
+    residual = toy_residual(TD3Settings(**TOY, critic_action=critic_action, critic_feature_dim=critic_feature_dim,
+                                        num_critics=num_critics))
     assert residual[:, 0, 0].mean() > 0.05, residual[:, 0, 0].mean()  # toward success, near the +0.1 bound
-    assert td3.actor_steps == 500 and td3.critic_steps == 600
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_actor_pessimism_keeps_the_residual_off_dimensions_the_data_never_varied():
+    """Only the first dimension varies in the data. The ensemble's mean extrapolates along the others and the actor
+    climbs it to the bound (0.97 of it, measured); a lower confidence bound (mean - 5 std over the critics) still
+    takes the first dimension to success but leaves the others nearer the base (0.62), where the critics agree."""
+    settings = dict(TOY, num_critics=5)
+    plain = toy_residual(TD3Settings(**settings), vary_all_dims=False)
+    pessimistic = toy_residual(TD3Settings(**settings, actor_pessimism=5.0), vary_all_dims=False)
+    for residual in (plain, pessimistic):
+        assert residual[:, 0, 0].mean() > 0.08, residual[:, 0, 0].mean()
+    unseen = [residual[:, 1:].abs().mean().item() / 0.1 for residual in (plain, pessimistic)]
+    assert unseen[0] > 0.9 and unseen[1] < 0.75, unseen
 
 
 def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path):
@@ -215,6 +238,8 @@ def test_critic_inputs_are_checked_and_shape_the_critics():
         ResidualConfig(critic_feature_dim=0)
     with pytest.raises(ConfigError, match=r"residual\.num_critics=1: must be at least 2"):
         ResidualConfig(num_critics=1)
+    with pytest.raises(ConfigError, match=r"residual\.actor_pessimism=-1.0: must be >= 0"):
+        ResidualConfig(actor_pessimism=-1.0)
     policy = residual_policy(scale=0.1, hidden_sizes=(32,))
     widths = {mode: ResidualTD3(policy, TD3Settings(critic_action=mode), (16,)).critics.nets[0][0].in_features
               for mode in ("executed", "offset")}
@@ -259,8 +284,8 @@ def test_warmup_noise_is_checked_and_used_only_during_the_warmup():
 def test_demos_go_into_every_batch_beside_the_rollouts(tmp_path):
     """``residual.demos``: the dataset's decisions (every 8th frame, the demo's own chunk, its outcome) are encoded
     once at the start and fill ``demo_fraction`` of every batch; a dataset of another camera set is refused. The run
-    also takes the critic options (``critic_action=offset``, ``critic_feature_dim``, ``num_critics``) from the
-    command line."""
+    also takes the critic options (``critic_action=offset``, ``critic_feature_dim``, ``num_critics``,
+    ``actor_pessimism``) from the command line."""
     from vla_gym.data.record import record_demos
 
     record_demos("VLA/LiberoObject-v0", tmp_path / "demos", episodes_per_task=1, task_ids=[0], keep_failures=True,
@@ -271,7 +296,7 @@ def test_demos_go_into_every_batch_beside_the_rollouts(tmp_path):
              "residual.batch_size=8", "residual.updates_per_decision=1", f"residual.demos={tmp_path / 'demos'}",
              "residual.warmup_exploration_std=0.1", "total_timesteps=32",  # two rounds: the second's decisions are
              "residual.critic_action=offset", "residual.critic_feature_dim=8",  # scored by the trained offset critics
-             "residual.num_critics=3"]
+             "residual.num_critics=3", "residual.actor_pessimism=1.0"]
     result = run_command([*executable("python"), "trainers/residual.py", "--config", CONFIG, *short], timeout=300)
     assert_ok(result)
     assert f"residual.demos={tmp_path / 'demos'}: 2 decisions of 1 episodes" in result.stdout + result.stderr
@@ -279,6 +304,7 @@ def test_demos_go_into_every_batch_beside_the_rollouts(tmp_path):
     assert state["td3"]["critic_steps"] == 4  # two rounds of two decisions, one step each
     assert state["td3"]["critics"]["squeezes.0.0.weight"].shape[0] == 8  # features squeezed to 8 before the action
     assert "nets.2.0.weight" in state["td3"]["critics"] and "nets.3.0.weight" not in state["td3"]["critics"]
+    assert state["td3"]["actor_steps"] == 2 and "actor_pessimism: 1.0" in (tmp_path / "residual" / "config.yaml").read_text()
     assert scalar_values(tmp_path / "residual", "train/batch_demo_share") == [0.5, 0.5]  # demo_fraction's default
     wrong = run_command([*executable("python"), "trainers/residual.py", "--config", CONFIG, *short,
                          "env.kwargs.cameras=[main,wrist]", "name=wrist"], timeout=300)

@@ -12,7 +12,8 @@ One call of :meth:`ResidualTD3.update` on a replay batch (:class:`~vla_gym.train
   With ``num_critics`` > 2 the minimum is over a pair drawn afresh each step (REDQ, Chen et al. 2021; ResFiT uses 10).
 - actor (every ``actor_every`` critic steps, once ``actor_warmup`` critic steps are done, so the actor follows a
   critic that has seen the base's outcomes first): maximise ``Q(s, base(s) + residual(s)) / mean|Q|`` with ``Q``
-  the first critic of a twin (TD3) or the ensemble's mean (REDQ) (:meth:`ResidualTD3.actor_q`; TD3+BC's
+  the first critic of a twin (TD3) or the ensemble's mean (REDQ), less ``actor_pessimism`` standard deviations
+  across the critics if set (:meth:`ResidualTD3.actor_q`; TD3+BC's
   normalisation, Fujimoto & Gu 2021) minus ``residual_l2`` times the mean square of ``residual / scale``: a
   residual at its bound in every dimension must buy a relative Q gain of ``residual_l2``, so it stays near the base
   where the critic has no clear gradient (without it the actor went to the bound in every dimension within a few
@@ -99,6 +100,7 @@ class TD3Settings:
     critic_action: str = "executed"
     critic_feature_dim: int | None = None
     num_critics: int = 2
+    actor_pessimism: float = 0.0
 
 
 class ResidualTD3:
@@ -137,9 +139,14 @@ class ResidualTD3:
 
     def actor_q(self, features: torch.Tensor, base: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """The value of executing ``base + residual`` that the actor climbs, ``[B]``: the first critic of a twin
-        (TD3), the mean of a larger ensemble (REDQ)."""
+        (TD3), the mean of a larger ensemble (REDQ); with ``actor_pessimism`` > 0 the critics' mean minus that many
+        standard deviations across them, a lower confidence bound (SUNRISE, EDAC): an action the critics disagree
+        on is worth less, so the actor cannot climb one critic's extrapolation."""
         action = self.policy.executed_actions(base + residual)
         seen = self.critic_action(base, action)
+        if self.settings.actor_pessimism > 0:
+            values = self.critics(features, seen)
+            return values.mean(0) - self.settings.actor_pessimism * values.std(0)
         if len(self.critics.nets) == 2:
             return self.critics.q(0, features, seen)
         return self.critics(features, seen).mean(0)

@@ -249,6 +249,8 @@ class ResidualConfig:
     #   before the action joins them (RLPD: 50, SERL: 256); null: the full features
     num_critics: int = 2                # TD3's twins; more: REDQ's ensemble (targets: min of a random pair; actor:
     #   their mean), which makes it harder for the actor to find an action every critic over-values
+    actor_pessimism: float = 0.0        # the actor climbs mean - this x std over the critics (a lower confidence
+    #   bound: actions the critics disagree on cost; 0: TD3's first critic, or REDQ's mean)
 
     def __post_init__(self):
         for key in ("n_step", "batch_size", "buffer_size", "episodes_per_round", "actor_every"):
@@ -274,6 +276,9 @@ class ResidualConfig:
         if self.num_critics < 2:
             raise ConfigError(f"residual.num_critics={self.num_critics}: must be at least 2 (a pessimistic target "
                               "takes the minimum of two)")
+        if self.actor_pessimism < 0:
+            raise ConfigError(f"residual.actor_pessimism={self.actor_pessimism}: must be >= 0 (0: no penalty on the "
+                              "critics' disagreement)")
         if self.updates_per_decision < 0 or self.warmup_episodes < 0 or self.actor_warmup < 0:
             raise ConfigError("residual.updates_per_decision, warmup_episodes and actor_warmup must be >= 0")
 
