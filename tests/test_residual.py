@@ -53,6 +53,32 @@ def test_residual_policy_starts_as_its_base_and_stays_within_its_bound():
 
 
 @pytest.mark.quick
+def test_task_guard_keeps_the_base_on_a_task_the_residual_made_worse():
+    from vla_gym.trainers.algorithms.task_guard import TaskGuard
+
+    solved, other = "pick up the milk and place it in the basket", "pick up the ketchup and place it in the basket"
+    guard = TaskGuard(window=4, min_episodes=4)
+    for _ in range(4):
+        guard.record(solved, True, base=True)     # the base solves it; the residual broke it
+        guard.record(solved, False, base=False)
+        guard.record(other, False, base=True)     # the residual helps here
+        guard.record(other, True, base=False)
+    policy = residual_policy(scale=0.1, task_gates=guard.gates())
+    assert policy.task_gates == {solved: 0.0, other: 1.0}
+    obs = {**observations(), "instruction": [solved, other]}
+    base_actions = policy.base.act(obs, deterministic=True)[0]
+    with torch.no_grad():
+        policy.action_head.mean.bias.fill_(100.0)  # a saturated residual
+    moved = policy.act(obs, deterministic=True)[0] - base_actions
+    assert torch.equal(moved[0], torch.zeros_like(moved[0]))  # gated: the base's own chunk
+    assert torch.allclose(moved[1], torch.full_like(moved[1], 0.1), atol=1e-5)
+    policy.base_only = True  # the guard's control episodes
+    assert torch.equal(policy.act(obs, deterministic=True)[0], base_actions)
+    guard.load_state_dict(guard.state_dict())
+    assert guard.gates() == policy.task_gates
+
+
+@pytest.mark.quick
 def test_residual_policy_names_a_missing_base():
     with pytest.raises(FileNotFoundError, match="base_checkpoint=nowhere.pt: no such file"):
         from vla_gym.trainers.policies.residual import find_base_checkpoint
@@ -129,7 +155,8 @@ def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path
     short = [f"run_dir={tmp_path}", "torch_threads=1", "env.num_envs=1", "env.vectorization=sync",
              "logging.progress_bar=false", f"env.kwargs.image_size={SHORT_IMAGE_SIZE}", "env.kwargs.max_episode_steps=16",
              "residual.episodes_per_round=1", "residual.warmup_episodes=1", "residual.actor_warmup=0",
-             "residual.batch_size=8", "residual.updates_per_decision=1", "checkpoint.every=1"]
+             "residual.batch_size=8", "residual.updates_per_decision=1", "checkpoint.every=1",
+             "residual.task_guard_every=2", "residual.task_guard_min_episodes=1"]
     command = [*executable("python"), "trainers/residual.py", "--config", CONFIG, *short]
     first = run_command([*command, "total_timesteps=16"], timeout=300)
     assert_ok(first)
@@ -164,6 +191,11 @@ def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path
     assert "holds no critics" in third.stdout + third.stderr
     state = torch.load(run / "final.pt", weights_only=False)
     assert state["counters"]["num_timesteps"] == 48 and state["td3"]["critic_steps"] == 2  # one fresh round
+    # the task guard: rounds 1 (no actor step yet) and 3 (fresh critics) played the base alone, round 2 the residual
+    guard, gates = state["task_guard"], state["policy_kwargs"]["task_gates"]
+    assert sum(episodes for _, episodes in guard["base"].values()) == 2
+    assert sum(len(outcomes) for outcomes in guard["residual"].values()) == 1
+    assert set(gates) == set(guard["base"]) | set(guard["residual"]) and set(gates.values()) <= {0.0, 1.0}
 
 
 def test_trainer_refuses_another_policy(tmp_path):

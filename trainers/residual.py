@@ -38,7 +38,14 @@ trained on, ranks the decisions of successful episodes above those of failed one
 ``train/actor/q``, ``residual_abs`` (mean absolute correction), ``residual_max_frac`` (largest
 correction over ``scale``), ``train/actor/q_gain`` and ``train/critic/best_gain`` (the Q gain over the base of the
 actor's residual and of the best one within the bound, in units of mean|Q|: ``ResidualTD3.action_gains``),
-``train/updates`` (critic steps so far) and ``time/*``.
+``train/updates`` (critic steps so far), ``guard/gated_tasks`` (tasks the task guard keeps on the base) and
+``time/*``.
+
+``residual.task_guard_every`` = N > 0 protects the tasks the base already solves: rounds before the actor's first step
+and every N-th round after it play the base alone (control episodes, into the replay like the others), and a task
+whose residual's latest ``task_guard_window`` episodes succeed less often than the base's keeps the base when the saved
+policy acts (:class:`~vla_gym.trainers.algorithms.task_guard.TaskGuard`; the gates go into the checkpoint's
+``policy_kwargs``, so ``trainers/eval.py`` acts with them). Training always plays the whole residual.
 """
 from __future__ import annotations
 
@@ -56,6 +63,7 @@ import torch
 from vla_gym.core.episodes import episode_sums
 from vla_gym.trainers.algorithms.replay import FeatureReplay, sample_mixed
 from vla_gym.trainers.algorithms.residual_td3 import ResidualTD3, TD3Settings
+from vla_gym.trainers.algorithms.task_guard import TaskGuard
 from vla_gym.trainers.evaluation.periodic import TrainingEvaluator
 from vla_gym.trainers.evaluation.stats import rank_auc
 from vla_gym.trainers.policies import make_policy
@@ -109,6 +117,9 @@ class ResidualRL:
         self.runner = EpisodeRunner(self.envs, self.policy)
         self.tasks = env_attr(self.envs, "tasks") or []
         self.generator = torch.Generator().manual_seed(cfg.seed)
+        #: per-task outcomes of base and residual episodes (residual.task_guard_every), None: no guard
+        self.guard = TaskGuard(self.hp.task_guard_window, self.hp.task_guard_min_episodes) \
+            if self.hp.task_guard_every else None
         #: (Q, the episode succeeded) of the latest decisions, scored as they arrived (train/critic/success_auc)
         self.critic_check: collections.deque = collections.deque(maxlen=2000)
         self.num_updates = 0     # rounds
@@ -182,8 +193,19 @@ class ResidualRL:
                 decisions[int(jobs[row])].append((features[row], base_actions[row], actions[row]))
 
         self.policy.set_exploration(std=exploration_std(self.hp, self.episodes))
-        results = self.runner.run(self.round_specs(), deterministic=False, recorder=record,
-                                  act_kwargs={"executed": True})
+        base_round = self.control_round()
+        gates, self.policy.task_gates = self.policy.task_gates, {}  # training plays the whole residual
+        self.policy.base_only = base_round
+        try:
+            results = self.runner.run(self.round_specs(), deterministic=False, recorder=record,
+                                      act_kwargs={"executed": True})
+        finally:
+            self.policy.task_gates, self.policy.base_only = gates, False
+        if self.guard is not None:
+            for result in results:
+                if result.env_failure is None and result.task_id is not None:
+                    self.guard.record(self.tasks[result.task_id].instruction, bool(result.success), base=base_round)
+            self.policy.task_gates = self.guard.gates()
         added = 0
         for job, result in enumerate(results):
             if result.env_failure is not None or not decisions[job]:
@@ -197,6 +219,13 @@ class ResidualRL:
         self.episodes += len(results)
         self.num_timesteps += sum(int(r.length) for r in results)
         return results, added
+
+    def control_round(self) -> bool:
+        """Whether this round's episodes are the base's own (the task guard's evidence): the residual is still zero
+        (no actor step yet), or every ``task_guard_every``-th round after that plays the base alone."""
+        if self.guard is None:
+            return False
+        return self.td3.actor_steps == 0 or self.num_updates % self.hp.task_guard_every == 0
 
     def train_steps(self, decisions: int) -> dict[str, float]:
         """``updates_per_decision`` x ``decisions`` gradient steps (none during the warm-up); mean metrics."""
@@ -246,6 +275,8 @@ class ResidualRL:
                 auc = rank_auc(*zip(*self.critic_check)) if self.critic_check else None
                 if auc is not None:
                     metrics["train/critic/success_auc"] = auc
+                if self.guard is not None:
+                    metrics["guard/gated_tasks"] = sum(gate == 0 for gate in self.policy.task_gates.values())
                 metrics.update({
                     "replay/decisions": len(self.replay),
                     "replay/success_episodes": self.replay.successes / max(self.replay.episodes, 1),
@@ -279,9 +310,17 @@ class ResidualRL:
             "td3": self.td3.state_dict(), "optimizer": None,
             "counters": {"num_timesteps": self.num_timesteps, "num_updates": self.num_updates, "episodes": self.episodes},
             "observation_space": self.policy.observation_space, "action_space": self.policy.action_space,
-            "contract": self.contract, "policy_name": self.cfg.policy.name, "policy_kwargs": dict(self.cfg.policy.kwargs),
+            "contract": self.contract, "policy_name": self.cfg.policy.name, "policy_kwargs": self.policy_kwargs(),
             "rng": rng, "generator": self.generator.get_state(),
+            "task_guard": None if self.guard is None else self.guard.state_dict(),
         }
+
+    def policy_kwargs(self) -> dict[str, Any]:
+        """The config's policy options, plus the guard's current ``task_gates`` (the saved policy acts with them)."""
+        kwargs = dict(self.cfg.policy.kwargs)
+        if self.guard is not None:
+            kwargs["task_gates"] = dict(self.policy.task_gates)
+        return kwargs
 
     def load_state(self, state: dict[str, Any], restore_rng: bool = False) -> None:
         if state.get("algo") != self.algo:
@@ -297,6 +336,9 @@ class ResidualRL:
         self.num_timesteps, self.num_updates = counters["num_timesteps"], counters["num_updates"]
         self.episodes = counters["episodes"]
         self.generator.set_state(state["generator"])
+        if self.guard is not None and state.get("task_guard") is not None:
+            self.guard.load_state_dict(state["task_guard"])
+            self.policy.task_gates = self.guard.gates()
         replay = self.replay_path()
         if replay is not None and replay.is_file():
             self.replay.load_state_dict(load_checkpoint(replay))

@@ -251,6 +251,11 @@ class ResidualConfig:
     #   their mean), which makes it harder for the actor to find an action every critic over-values
     actor_pessimism: float = 0.0        # the actor climbs mean - this x std over the critics (a lower confidence
     #   bound: actions the critics disagree on cost; 0: TD3's first critic, or REDQ's mean)
+    task_guard_every: int = 0           # >0: every N-th round once the actor moves plays the base alone (control
+    #   episodes), and a task whose residual succeeds less often than the base keeps the base when the saved
+    #   policy acts (trainers/algorithms/task_guard.py); 0: off
+    task_guard_window: int = 16         # the residual's latest episodes per task that the guard compares
+    task_guard_min_episodes: int = 8    # episodes of each side per task before the guard may close its gate
 
     def __post_init__(self):
         for key in ("n_step", "batch_size", "buffer_size", "episodes_per_round", "actor_every"):
@@ -279,6 +284,10 @@ class ResidualConfig:
         if self.actor_pessimism < 0:
             raise ConfigError(f"residual.actor_pessimism={self.actor_pessimism}: must be >= 0 (0: no penalty on the "
                               "critics' disagreement)")
+        if self.task_guard_every < 0 or self.task_guard_window < 1 or self.task_guard_min_episodes < 1:
+            raise ConfigError(f"residual.task_guard_every={self.task_guard_every} (>= 0; 0: off), task_guard_window="
+                              f"{self.task_guard_window} and task_guard_min_episodes={self.task_guard_min_episodes} "
+                              "(>= 1)")
         if self.updates_per_decision < 0 or self.warmup_episodes < 0 or self.actor_warmup < 0:
             raise ConfigError("residual.updates_per_decision, warmup_episodes and actor_warmup must be >= 0")
 
