@@ -40,9 +40,23 @@ def overall(eval_dir: pathlib.Path) -> dict:
     return json.loads((eval_dir / "eval.json").read_text())["summary"]["overall"]
 
 
+def rl_curve(run: pathlib.Path) -> list[dict]:
+    """The RL run's curve, ``[{"steps", "env/success_once"}]`` per round: GRPO's and residual RL's from their
+    TensorBoard, an RFT run's (``trainers/rft.py``: ``rft.json``) from its rounds, the success of each round's
+    sampled episodes at the env steps sampled so far."""
+    if not (run / "rft.json").is_file():
+        return _sft_then_rl().grpo_curve(run)
+    curve, steps = [], 0
+    for row in json.loads((run / "rft.json").read_text())["rows"]:
+        steps += int(row.get("env_steps") or 0)
+        if row.get("sampled") is not None:
+            curve.append({"steps": steps, "env/success_once": float(row["sampled"])})
+    return curve
+
+
 def curve_table(curve: list[dict]) -> str:
-    """Markdown: round | env steps | success of the round's sampled rollouts (a round: one GRPO update, or one
-    residual round of a few episodes and its gradient steps)."""
+    """Markdown: round | env steps | success of the round's sampled rollouts (a round: one GRPO update, one
+    residual round of a few episodes and its gradient steps, or one RFT round of sampling and fitting)."""
     rows = ["| round | env steps | rollout success (sampled) |", "|---:|---:|---:|"]
     for k, row in enumerate(r for r in curve if "env/success_once" in r):
         rows.append(f"| {k + 1} | {row['steps']} | {row['env/success_once']:.3f} |")
@@ -103,7 +117,8 @@ def video_grid(eval_dir: pathlib.Path, out: pathlib.Path, columns: int = 5, widt
 
 def main(argv=None) -> int:
     parser = script_parser(__doc__)
-    parser.add_argument("--grpo", required=True, help="GRPO run directory (its tensorboard/ is read)")
+    parser.add_argument("--grpo", required=True, help="the RL run directory: its tensorboard/ (GRPO, residual RL) or "
+                        "rft.json (RFT) is read")
     parser.add_argument("--method", default="GRPO", help="the RL method's name in the figure (a residual run's "
                         "TensorBoard has the same env/success_once per round)")
     parser.add_argument("--before", required=True, help="trainers/eval.py output of the SFT checkpoint")
@@ -115,7 +130,7 @@ def main(argv=None) -> int:
     out = pathlib.Path(args.out)
     before, after = overall(pathlib.Path(args.before)), overall(pathlib.Path(args.after))
     example = _sft_then_rl()
-    curve = example.grpo_curve(pathlib.Path(args.grpo))
+    curve = rl_curve(pathlib.Path(args.grpo))
     out.parent.mkdir(parents=True, exist_ok=True)
     example.plot_curve(curve, before, after, out.with_name(out.name + "_curve.png"), args.method)
     out.with_name(out.name + "_curve.md").write_text(curve_table(curve))

@@ -21,7 +21,10 @@ The anchors' protocol in miniature (issue 28, docs/libero_miniature.md), each st
    ``examples/configs/libero_object_miniature_grpo_v3.yaml`` from that SFT, groups drawn from init states 0-39
    (``grpo.train_init_states=40``), until ``--rl-steps`` env steps (400,000: about 2 hours on 2 idle cores at 58
    env steps/s); ``--method residual``: ``trainers/residual.py`` with ``examples/configs/libero_object_residual.yaml``
-   on the frozen SFT, episodes from the same starts, 100,000 env steps (48-80 min by host). It comes before
+   on the frozen SFT, episodes from the same starts, 100,000 env steps (48-80 min by host); ``--method rft``:
+   ``trainers/rft.py`` from the SFT, ``--rft-rounds`` rounds (default 1) of one sampled episode per training start
+   (std 0.05) and a fit from scratch on the demos plus every success kept (4,800 steps), its round 0 the SFT's
+   greedy report on the training starts (the same evaluation, read, not played again). It comes before
    the evaluations because it is the long step: a session gives it its unbroken hours (one process, so its
    TensorBoard is also the memory curve of an hour of LIBERO RL, ``benchmarks/memory_run.py``), and evaluations
    resume episode by episode anyway. Once it has its steps, what only a resume needs is dropped (optimizers,
@@ -43,7 +46,9 @@ themselves (``grpo/``, ``residual/``: the newest checkpoint, ``checkpoint.keep_l
 that folder when a session ends; the same command on a fresh clone goes on from there, each step skipped when its
 output exists (a residual run stopped part-way resumes with its critics but an empty replay: ``replay.pt`` is not
 committed). ``--minutes`` stops starting new steps after that long and gives the RL run the rest as
-``time_limit_s``. ``--tasks``, ``--train-init-states``, ``--heldout-init-states``, ``--demos`` and the
+``time_limit_s`` (an RFT run goes step by step: each sampling, fit and evaluation resumes, none is cut). An RFT
+run's recorded successes (``round_R/rollouts_*``, a few MB an episode) are not committed (``.gitignore``): a finished
+run reads complete on a fresh clone, but more rounds need the machine that sampled the earlier ones. ``--tasks``, ``--train-init-states``, ``--heldout-init-states``, ``--demos`` and the
 ``--sft-override`` / ``--rl-override`` / ``--eval-override`` lists shrink it for the short form
 (tests/test_libero_rl_campaign.py).
 """
@@ -51,10 +56,11 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
 import sys
 import time
 
-from vla_gym.runtime.cli_args import script_parser
+from vla_gym.runtime.cli_args import parse_ids, script_parser
 from vla_gym.trainers.rft import run  # the same echoed step runner
 from vla_gym.trainers.runtime.results import repo_relative
 
@@ -62,9 +68,16 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 ENV_IDS = {"object": "VLA/LiberoObject-v0", "spatial": "VLA/LiberoSpatial-v0"}
 SFT_CONFIG = "examples/configs/libero_object_miniature_sft.yaml"
 RL_CONFIGS = {"grpo": "examples/configs/libero_object_miniature_grpo_v3.yaml",
-              "residual": "examples/configs/libero_object_residual.yaml"}
+              "residual": "examples/configs/libero_object_residual.yaml",
+              "rft": SFT_CONFIG}  # RFT: each round's fit
 RL_STEPS = {"grpo": 400_000, "residual": 100_000}  # env steps: 2-4 h of GRPO, 48-80 min of residual RL on 2 cores
-VARIANTS = {"grpo": "protocol", "residual": ""}  # the rows' variant (the residual rows of Object s0 came first)
+#: the rows' variant (the residual rows of Object s0 came first; ``rft protocol`` beside the older RFT rows r200...)
+VARIANTS = {"grpo": "protocol", "residual": "", "rft": "protocol"}
+#: an RFT round's settings: one sampled episode per training start, the fit from scratch for 4,800 steps (twice the
+#: SFT's 2,400: the demos plus a few hundred successes are several times the SFT's 29 episodes)
+RFT_FLAGS = ["--samples-per-start", "1", "--std", "0.05"]
+RFT_FIT = ["sft.epochs=100", "sft.max_steps=4800"]
+METHOD_NAMES = {"grpo": "GRPO", "residual": "residual RL", "rft": "RFT"}  # in the curve's legend
 MODES = {"greedy": [], "sampled": ["--stochastic", "--std", "0.05"]}
 
 
@@ -90,6 +103,14 @@ def in_this_clone(recorded: str) -> pathlib.Path:
         if parts[i:i + 2] == ("docs", "results") and ROOT.joinpath(*parts[i:]).exists():
             return ROOT.joinpath(*parts[i:])
     return path
+
+
+def copy_report(source: pathlib.Path, target: pathlib.Path) -> None:
+    """``eval.json`` and ``eval.md`` of a finished trainers/eval.py report into ``target`` (the same evaluation)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("eval.json", "eval.md"):
+        if (source / name).is_file():
+            (target / name).write_bytes((source / name).read_bytes())
 
 
 class Campaign:
@@ -163,16 +184,36 @@ class Campaign:
         return self.state / "evals" / f"{who}_{split}_{mode}"
 
     def rl_checkpoint(self) -> pathlib.Path | None:
+        """The RL run's newest model: its last checkpoint, or an RFT run's last finished round's fit."""
+        if self.method == "rft":
+            rounds = self.rft_rounds_done()
+            return self.rl_run / f"round_{rounds}" / "sft" / "final.pt" if rounds else None
         checkpoints = sorted((self.rl_run / "checkpoints").glob("ckpt_*.pt"))
         return checkpoints[-1] if checkpoints else None
 
     def rl_steps_done(self) -> int:
         checkpoint = self.rl_checkpoint()
-        if checkpoint is None:
+        if checkpoint is None or self.method == "rft":
             return 0
         import torch
 
         return int(torch.load(checkpoint, map_location="cpu", weights_only=False)["counters"]["num_timesteps"])
+
+    def rft_rounds_done(self) -> int:
+        """Rounds of the RFT run fitted and evaluated (its ``rft.json`` rows after round 0)."""
+        path = self.rl_run / "rft.json"
+        rows = json.loads(path.read_text())["rows"] if path.is_file() else []
+        return max((int(r["round"]) for r in rows), default=0)
+
+    def rl_done(self) -> bool:
+        if self.method == "rft":
+            return self.rft_rounds_done() >= self.args.rft_rounds
+        return self.rl_steps_done() >= self.rl_steps
+
+    def rl_progress(self) -> str:
+        if self.method == "rft":
+            return f"rft ({self.rft_rounds_done()} of {self.args.rft_rounds} rounds)"
+        return f"{self.method} ({self.rl_steps_done():,} of {self.rl_steps:,} env steps)"
 
     def minutes_left(self) -> float | None:
         return None if self.deadline is None else (self.deadline - time.monotonic()) / 60
@@ -210,6 +251,8 @@ class Campaign:
             for mode, flags in MODES.items():
                 played = False
                 for who, checkpoint in checkpoints.items():
+                    if who == "rl" and (split, mode) == ("train", "greedy"):
+                        self.adopt_round_report()
                     if self.evaluated(who, split, mode, checkpoint):
                         continue
                     if self.out_of_time():
@@ -225,6 +268,8 @@ class Campaign:
     def train_rl(self) -> None:
         """GRPO from the SFT model, or residual RL on it (frozen), until ``rl_steps`` env steps; resumes its run."""
         starts = self.args.train_rl_init_states
+        if self.method == "rft":
+            return self.train_rft()
         if self.method == "grpo":
             method = [f"grpo.init_checkpoint={self.sft}", f"grpo.train_init_states={starts}"]
         else:
@@ -237,6 +282,40 @@ class Campaign:
         if left is not None:
             command.append(f"time_limit_s={int(60 * left)}")
         run(command)
+
+    def adopt_round_report(self) -> None:
+        """An RFT run's last round ends with the greedy evaluation of its model on the training starts, the same
+        command as the campaign's (``--init-states`` of the training split, ``--seed 0``, no videos): that report is
+        the RL model's train/greedy report (copied, naming the same checkpoint), not played a second time."""
+        checkpoint = self.rl_checkpoint()
+        if self.method != "rft" or checkpoint is None or not self.rft_reports_are_the_campaigns():
+            return
+        source = checkpoint.parent.parent / "eval"
+        if (source / "eval.json").is_file() and not self.evaluated("rl", "train", "greedy", checkpoint):
+            copy_report(source, self.eval_dir("rl", "train", "greedy"))
+
+    def rft_reports_are_the_campaigns(self) -> bool:
+        """Whether an RFT round's greedy evaluation is the campaign's of the training split: the same starts
+        (init states 0..N-1 of the RL run), played with the checkpoint's env (no ``--eval-override``)."""
+        rl_starts = list(range(self.args.train_rl_init_states))
+        return parse_ids(self.args.train_init_states) == rl_starts and not self.args.eval_override
+
+    def train_rft(self) -> None:
+        """RFT rounds from the SFT model on init states 0..N-1 of every task (``trainers/rft.py`` resumes its steps).
+        Its round 0, the SFT's greedy evaluation on those starts, is the SFT's report of the training split when
+        the two are the same episodes (the same command: read, not played again)."""
+        if not (self.demos / "meta").is_dir():
+            self.make_demos()
+        starts = f"0-{self.args.train_rl_init_states - 1}"
+        round_0 = self.rl_run / "round_0" / "eval"
+        if self.rft_reports_are_the_campaigns() and not (round_0 / "eval.json").is_file() and self.evaluated(
+                "sft", "train", "greedy", self.sft):
+            copy_report(self.eval_dir("sft", "train", "greedy"), round_0)
+        run([sys.executable, "trainers/rft.py", "--sft-config", SFT_CONFIG, "--demos", str(self.demos),
+             "--init-checkpoint", str(self.sft), "--init-states", starts, *self.task_flags(), *RFT_FLAGS,
+             "--rounds", str(self.args.rft_rounds), "--seed", str(self.args.seed), "--num-envs", str(self.args.num_envs),
+             "--out", str(self.rl_run), f"env.id={self.env_id}", *RFT_FIT, *self.camera_overrides(policy=True),
+             *self.args.rl_override])
 
     def has_row(self, split: str, mode: str) -> bool:
         results = pathlib.Path(self.args.results)
@@ -260,7 +339,7 @@ class Campaign:
     def draw_curve(self) -> None:
         run([sys.executable, "scripts/libero_miniature_figures.py", "--grpo", str(self.rl_run),
              "--before", str(self.eval_dir("sft", "train", "greedy")), "--after", str(self.eval_dir("rl", "train", "greedy")),
-             "--out", str(self.rl_run), "--no-grids", "--method", "GRPO" if self.method == "grpo" else "residual RL"])
+             "--out", str(self.rl_run), "--no-grids", "--method", METHOD_NAMES[self.method]])
 
     def task_flags(self) -> list[str]:
         return ["--tasks", self.args.tasks] if self.args.tasks else []
@@ -278,8 +357,7 @@ class Campaign:
                     evals.append((folder.name.replace("_", " ") + (f" ({played} episodes played)" if played else ""),
                                   done))
         steps = [("sft", self.sft is not None and self.sft.is_file()),
-                 (f"{self.method} ({self.rl_steps_done():,} of {self.rl_steps:,} env steps)",
-                  self.rl_steps_done() >= self.rl_steps), *evals, ("curve", self.curve.is_file())]
+                 (self.rl_progress(), self.rl_done()), *evals, ("curve", self.curve.is_file())]
         return steps
 
     def run_all(self) -> None:
@@ -290,9 +368,9 @@ class Campaign:
                 self.fit_sft()
         if self.out_of_time():
             return
-        if self.rl_steps_done() < self.rl_steps:
+        if not self.rl_done():
             self.train_rl()
-        if self.rl_steps_done() < self.rl_steps:
+        if not self.rl_done():
             return
         self.slim_finished_rl()
         self.evaluate_pairs()  # returns early only when out of time
@@ -307,6 +385,10 @@ class Campaign:
         (GRPO) or fresh critics and an empty replay (residual)."""
         from vla_gym.trainers.runtime.checkpoint import atomic_save, load_checkpoint
 
+        if self.method == "rft":  # each fit's periodic checkpoints: final.pt, which the reports name, stays
+            for spare in self.rl_run.glob("round_*/sft/checkpoints"):
+                shutil.rmtree(spare)
+            return
         checkpoint = self.rl_checkpoint()
         state = load_checkpoint(checkpoint)
         resume_only = {key: None for key in ("optimizer", "td3") if state.get(key) is not None}
@@ -321,7 +403,9 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--suite", required=True, choices=sorted(ENV_IDS))
     parser.add_argument("--seed", type=int, required=True, help="the training seed of SFT and RL")
     parser.add_argument("--method", default="grpo", choices=sorted(RL_CONFIGS),
-                        help="grpo: GRPO from the SFT; residual: residual RL on the frozen SFT (same SFT and its reports)")
+                        help="grpo: GRPO from the SFT; residual: residual RL on the frozen SFT; rft: rounds of "
+                             "rejection-sampling fine-tuning from it (same SFT and its reports)")
+    parser.add_argument("--rft-rounds", type=int, default=1, help="--method rft: rounds of sampling and fitting")
     parser.add_argument("--sft-checkpoint", help="adopt this SFT checkpoint instead of fitting one")
     parser.add_argument("--rl-steps", type=int, default=None,
                         help=f"the RL run's env-step budget (default {RL_STEPS})")

@@ -2,11 +2,13 @@
 episodes, 64 px. A first call with a one-second budget fits the SFT and stops before GRPO; the same command then
 plays every step (a one-update GRPO run kept in the campaign folder, then SFT and RL evaluations pair by pair,
 each pair's row written once both are in); a third call finds every output and runs nothing; ``--method residual``
-then trains residual RL on the same SFT and evaluates only its model.
+then trains residual RL on the same SFT and evaluates only its model, and ``--method rft`` one RFT round from it,
+whose first and last greedy evaluations are the SFT's and its own train/greedy reports (read, not played again).
 """
 from __future__ import annotations
 
 import json
+import pathlib
 import subprocess
 
 import pytest
@@ -25,10 +27,14 @@ SHORT_RL = {  # one env in this process, 2 episodes of 8 steps (16 env steps)
     "residual": [*SHORT_ENV, "env.num_envs=1", "env.vectorization=sync", "residual.episodes_per_round=1",
                  "residual.warmup_episodes=0", "residual.actor_warmup=0", "residual.batch_size=8",
                  "residual.actor_every=1", "torch_threads=1", "logging.progress_bar=false"],
+    # RFT's overrides are its fit's (trainers/sft.py); its evaluations play the SFT checkpoint's short env
+    "rft": [*SHORT_ENV, "sft.max_steps=2", "sft.batch_size=4", "torch_threads=1", "logging.progress_bar=false",
+            "checkpoint.resume=null"],
 }
 
 
-def campaign(tmp_path, *extra: str, method: str = "grpo", timeout: int = 900) -> subprocess.CompletedProcess:
+def campaign(tmp_path, *extra: str, method: str = "grpo", timeout: int = 900,
+             eval_override: bool = True) -> subprocess.CompletedProcess:
     command = [
         *executable("python"), "scripts/libero_rl_campaign.py", "--suite", "object", "--seed", "0", "--method", method,
         "--tasks", "0", "--train-init-states", "0", "--heldout-init-states", "40", "--train-rl-init-states", "1",
@@ -37,7 +43,8 @@ def campaign(tmp_path, *extra: str, method: str = "grpo", timeout: int = 900) ->
         "--export-dir", str(tmp_path / "exported"), "--results", str(tmp_path / "libero_rl.json"),
         "--sft-override", *SHORT_ENV, "sft.max_steps=2", "sft.batch_size=4", "torch_threads=1",
         "logging.progress_bar=false", "checkpoint.resume=null",
-        "--rl-override", *SHORT_RL[method], "--eval-override", *SHORT_ENV, "env.vectorization=sync", *extra]
+        "--rl-override", *SHORT_RL[method],
+        *(["--eval-override", *SHORT_ENV, "env.vectorization=sync"] if eval_override else []), *extra]
     result = subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=timeout,
                             check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -107,6 +114,30 @@ def test_campaign_runs_in_short_form_resumes_and_writes_the_rows(tmp_path):
     assert {r["sft"] for r in rows if r["method"] == "residual"} <= {r["sft"] for r in rows if r["method"] == "grpo"}
     assert (tmp_path / "exported" / "libero_object_seed0_residual.pt").is_file()
     assert (state / "residual_curve.png").is_file()
+
+    # one RFT round from the same SFT (its evaluations as trainers/rft.py plays them: the checkpoint's short env)
+    rft = campaign(tmp_path, method="rft", eval_override=False)
+    assert "trainers/sft.py" not in rft.stdout.split("running: trainers/rft.py")[0]  # the campaign's SFT is kept
+    assert rft.stdout.count("running: trainers/rft.py") == 1 and "--samples-per-start 1" in rft.stdout
+    run = state / "rft"
+    round_0 = json.loads((run / "round_0" / "eval" / "eval.json").read_text())
+    assert round_0 == json.loads((state / "evals" / "sft_train_greedy" / "eval.json").read_text())  # read, not played
+    assert rft.stdout.count("running: trainers/eval.py") == 1 + 1 + 3  # the round's sample and greedy, 3 pairs
+    checkpoint = run / "round_1" / "sft" / "final.pt"
+    report = json.loads((state / "evals" / "rft_train_greedy" / "eval.json").read_text())
+    assert report == json.loads((run / "round_1" / "eval" / "eval.json").read_text())  # the round's own report
+    assert report["settings"]["checkpoint"] == str(checkpoint) and report["settings"]["deterministic"] is True
+    assert not (run / "round_1" / "sft" / "checkpoints").exists()  # slimmed: final.pt is the model
+    rows = [r for r in json.loads((tmp_path / "libero_rl.json").read_text())["rows"] if r["method"] == "rft"]
+    assert sorted((r["variant"], r["split"], r["mode"]) for r in rows) == [
+        ("protocol", "heldout", "greedy"), ("protocol", "heldout", "sampled"), ("protocol", "train", "greedy"),
+        ("protocol", "train", "sampled")]
+    assert {r["env_steps"] for r in rows} == {json.loads((run / "rft.json").read_text())["rows"][1]["env_steps"]}
+    # exported beside the others (8-step episodes succeed nowhere, so this fit is the SFT's again: its file is reused)
+    assert {pathlib.Path(r["rl_checkpoint"]).parent for r in rows} == {tmp_path / "exported"}
+    assert all(pathlib.Path(r["rl_checkpoint"]).is_file() for r in rows)
+    assert (state / "rft_curve.png").is_file() and "| 1 |" in (state / "rft_curve.md").read_text()
+    assert "complete" in rft.stdout and "[x] rft (1 of 1 rounds)" in rft.stdout
 
 
 def test_more_cameras_make_a_campaign_of_their_own():
