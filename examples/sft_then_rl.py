@@ -115,7 +115,10 @@ def grpo_curve(run_dir: pathlib.Path) -> list[dict]:
     return [rows[step] for step in sorted(rows)]
 
 
-def plot_curve(curve: list[dict], before: dict, after: dict, path: pathlib.Path, method: str = "GRPO") -> None:
+def plot_curve(curve: list[dict], before: dict, after: dict, path: pathlib.Path, method: str = "GRPO",
+               label: str | None = None) -> None:
+    """``curve``'s ``env/success_once`` against env steps (``label`` names it: by default each round's sampled
+    rollouts), with the greedy evaluations before and after RL as lines."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -125,9 +128,9 @@ def plot_curve(curve: list[dict], before: dict, after: dict, path: pathlib.Path,
     steps = [row["steps"] for row in curve if "env/success_once" in row]
     success = [row["env/success_once"] for row in curve if "env/success_once" in row]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(steps, success, marker="o", alpha=0.5, label=f"{method}: success of each round's sampled rollouts")
+    ax.plot(steps, success, marker="o", alpha=0.5, label=label or f"{method}: success of each round's sampled rollouts")
     window = min(4, len(success))
-    if window > 1:
+    if 1 < window < len(success):  # a mean of more than one point
         smooth = np.convolve(success, np.ones(window) / window, mode="valid")
         ax.plot(steps[window - 1:], smooth, color="tab:blue", linewidth=2.5, label=f"mean of the last {window} rounds")
     ax.axhline(before["success_rate"], color="gray", linestyle="--", label="eval after SFT (greedy)")

@@ -42,24 +42,28 @@ def overall(eval_dir: pathlib.Path) -> dict:
 
 def rl_curve(run: pathlib.Path) -> list[dict]:
     """The RL run's curve, ``[{"steps", "env/success_once"}]`` per round: GRPO's and residual RL's from their
-    TensorBoard, an RFT run's (``trainers/rft.py``: ``rft.json``) from its rounds, the success of each round's
-    sampled episodes at the env steps sampled so far."""
+    TensorBoard (each round's sampled rollouts), an RFT run's (``trainers/rft.py``: ``rft.json``) from its rounds:
+    the greedy success of each round's model on the starts it trains on (round 0: the initial policy, at 0 env
+    steps), at the env steps sampled so far."""
     if not (run / "rft.json").is_file():
         return _sft_then_rl().grpo_curve(run)
     curve, steps = [], 0
     for row in json.loads((run / "rft.json").read_text())["rows"]:
         steps += int(row.get("env_steps") or 0)
-        if row.get("sampled") is not None:
-            curve.append({"steps": steps, "env/success_once": float(row["sampled"])})
+        curve.append({"steps": steps, "env/success_once": float(row["greedy"])})
     return curve
 
 
-def curve_table(curve: list[dict]) -> str:
-    """Markdown: round | env steps | success of the round's sampled rollouts (a round: one GRPO update, one
-    residual round of a few episodes and its gradient steps, or one RFT round of sampling and fitting)."""
-    rows = ["| round | env steps | rollout success (sampled) |", "|---:|---:|---:|"]
+#: what the curve's points are, by the run's kind (the legend and the table's column)
+SAMPLED, RFT_GREEDY = "rollout success (sampled)", "greedy success of the round's model"
+
+
+def curve_table(curve: list[dict], column: str = SAMPLED, first: int = 1) -> str:
+    """Markdown: round | env steps | ``column`` (a round: one GRPO update, one residual round of a few episodes and
+    its gradient steps, or one RFT round of sampling and fitting; an RFT curve starts at round ``first`` = 0)."""
+    rows = [f"| round | env steps | {column} |", "|---:|---:|---:|"]
     for k, row in enumerate(r for r in curve if "env/success_once" in r):
-        rows.append(f"| {k + 1} | {row['steps']} | {row['env/success_once']:.3f} |")
+        rows.append(f"| {k + first} | {row['steps']} | {row['env/success_once']:.3f} |")
     return "\n".join(rows) + "\n"
 
 
@@ -131,9 +135,12 @@ def main(argv=None) -> int:
     before, after = overall(pathlib.Path(args.before)), overall(pathlib.Path(args.after))
     example = _sft_then_rl()
     curve = rl_curve(pathlib.Path(args.grpo))
+    rft = (pathlib.Path(args.grpo) / "rft.json").is_file()
+    column = RFT_GREEDY if rft else SAMPLED
     out.parent.mkdir(parents=True, exist_ok=True)
-    example.plot_curve(curve, before, after, out.with_name(out.name + "_curve.png"), args.method)
-    out.with_name(out.name + "_curve.md").write_text(curve_table(curve))
+    example.plot_curve(curve, before, after, out.with_name(out.name + "_curve.png"), args.method,
+                       label=f"{args.method}: {RFT_GREEDY} on the starts it trains on" if rft else None)
+    out.with_name(out.name + "_curve.md").write_text(curve_table(curve, column, first=0 if rft else 1))
     for name, eval_dir in () if args.no_grids else (("sft", args.before), ("grpo", args.after)):
         path = video_grid(pathlib.Path(eval_dir), out.with_name(f"{out.name}_{name}_grid.gif"))
         print(f"{path} ({path.stat().st_size / 1e3:.0f} kB)")

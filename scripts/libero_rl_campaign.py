@@ -46,11 +46,11 @@ themselves (``grpo/``, ``residual/``: the newest checkpoint, ``checkpoint.keep_l
 that folder when a session ends; the same command on a fresh clone goes on from there, each step skipped when its
 output exists (a residual run stopped part-way resumes with its critics but an empty replay: ``replay.pt`` is not
 committed). ``--minutes`` stops starting new steps after that long and gives the RL run the rest as
-``time_limit_s`` (an RFT run goes step by step: each sampling, fit and evaluation resumes, none is cut). An RFT
-run's recorded successes (``round_R/rollouts_*``, a few MB an episode) are not committed (``.gitignore``): a finished
-run reads complete on a fresh clone, but more rounds need the machine that sampled the earlier ones. ``--tasks``, ``--train-init-states``, ``--heldout-init-states``, ``--demos`` and the
-``--sft-override`` / ``--rl-override`` / ``--eval-override`` lists shrink it for the short form
-(tests/test_libero_rl_campaign.py).
+``time_limit_s`` (an RFT run is not cut: its steps, each a product command, are skipped when done). An RFT run's
+recorded successes (``round_R/rollouts_*``, a few MB an episode) are not committed (``.gitignore``): a finished run
+reads complete on a fresh clone, but a stopped or longer one needs the machine that sampled its rounds. ``--tasks``,
+``--train-init-states``, ``--heldout-init-states``, ``--demos`` and the ``--sft-override`` / ``--rl-override`` /
+``--eval-override`` lists shrink it for the short form (tests/test_libero_rl_campaign.py).
 """
 from __future__ import annotations
 
@@ -266,10 +266,11 @@ class Campaign:
                     self.add_row(split, mode)
 
     def train_rl(self) -> None:
-        """GRPO from the SFT model, or residual RL on it (frozen), until ``rl_steps`` env steps; resumes its run."""
-        starts = self.args.train_rl_init_states
+        """GRPO from the SFT model, or residual RL on it (frozen), until ``rl_steps`` env steps, or RFT's rounds
+        from it (:meth:`train_rft`); resumes its run."""
         if self.method == "rft":
             return self.train_rft()
+        starts = self.args.train_rl_init_states
         if self.method == "grpo":
             method = [f"grpo.init_checkpoint={self.sft}", f"grpo.train_init_states={starts}"]
         else:
