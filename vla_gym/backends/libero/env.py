@@ -233,8 +233,24 @@ class LiberoBackend(Backend):
     def close(self) -> None:
         _OPEN_BACKENDS.discard(self)
         if self._env is not None:
+            self._free_render_context()
             self._env.close()
             self._env = None
+
+    def _free_render_context(self) -> None:
+        """Free this scene's MuJoCo render context (textures, framebuffers) with *its own* GL context current.
+
+        robosuite frees an ``MjrContext`` in ``__del__`` in whatever GL context is current. With several envs in one
+        process (a SyncVectorEnv) that is often another env's, whose textures and buffers carry the same GL names:
+        they were deleted, and that env rendered wrong frames (mean 97/255 off) after this one changed task. Freed
+        here first, robosuite's later ``free()`` finds nothing left (``mjr_freeContext`` resets the struct).
+        """
+        context = getattr(getattr(self._env, "sim", None), "_render_context_offscreen", None)
+        if context is None:
+            return
+        with explain_gl_errors():
+            context.gl_ctx.make_current()
+            context.con.free()
 
     def refresh_observation(self) -> None:
         """Read the robot's observation again after the scene was changed in place (scene perturbations)."""
