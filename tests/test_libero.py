@@ -211,8 +211,6 @@ def test_default_size_and_close_frees_renderer():
     env.close()  # twice is fine
 
 
-
-
 def test_a_task_change_leaves_another_in_process_env_rendering_right():
     """Two LIBERO envs in one process (a SyncVectorEnv): one changing task frees its old scene's render context,
     which robosuite does in whatever GL context is current. That was the other env's, whose textures went with it
@@ -228,6 +226,7 @@ def test_a_task_change_leaves_another_in_process_env_rendering_right():
     finally:
         first.close()
         second.close()
+
 
 # ----------------------------------------------------------- same seed, same observation (issue 29, item 0)
 #: LIBERO ids checked for bit-identical seeded resets, and whether their scene has fixtures (a microwave; a cabinet

@@ -200,12 +200,20 @@ class LiberoBackend(Backend):
 
     def _apply_texture_colorspace(self) -> None:
         """Decode the scene's textures as :attr:`texture_colorspace` (MuJoCo >= 3.3.3 would decode LIBERO's as sRGB)."""
-        sim = self._env.sim
-        context = getattr(sim, "_render_context_offscreen", None)
-        if context is None:
-            return
-        context.gl_ctx.make_current()
-        apply_colorspace(sim.model._model, context.con, self.texture_colorspace)
+        context = self._own_render_context()
+        if context is not None:
+            apply_colorspace(self._env.sim.model._model, context.con, self.texture_colorspace)
+
+    def _own_render_context(self):
+        """This scene's robosuite render context, its GL context made current (None before robosuite made one).
+
+        robosuite draws into, uploads to and frees in whatever GL context is current; with several envs in one
+        process (a SyncVectorEnv) that may be another env's, so every GL use here goes through this first.
+        """
+        context = getattr(getattr(self._env, "sim", None), "_render_context_offscreen", None)
+        if context is not None:
+            context.gl_ctx.make_current()
+        return context
 
     def reset(self, init_state_id: int | None, seed: int) -> None:
         # The episode is the initial state and the seed. robosuite's reset() draws from numpy's *global*
@@ -245,12 +253,10 @@ class LiberoBackend(Backend):
         they were deleted, and that env rendered wrong frames (mean 97/255 off) after this one changed task. Freed
         here first, robosuite's later ``free()`` finds nothing left (``mjr_freeContext`` resets the struct).
         """
-        context = getattr(getattr(self._env, "sim", None), "_render_context_offscreen", None)
-        if context is None:
-            return
         with explain_gl_errors():
-            context.gl_ctx.make_current()
-            context.con.free()
+            context = self._own_render_context()
+            if context is not None:
+                context.con.free()
 
     def refresh_observation(self) -> None:
         """Read the robot's observation again after the scene was changed in place (scene perturbations)."""
@@ -283,11 +289,7 @@ class LiberoBackend(Backend):
         sim = self._env.sim
         images = {}
         with explain_gl_errors():
-            context = getattr(sim, "_render_context_offscreen", None)
-            if context is not None:
-                # robosuite renders into whatever GL context is current; with several envs in one
-                # process (a SyncVectorEnv) that may be another env's, so make ours current first.
-                context.gl_ctx.make_current()
+            self._own_render_context()
             for role in self.camera_roles:
                 frame = sim.render(camera_name=CAMERAS[role], width=width, height=height)
                 if self._noise is not None and CAMERAS[role] == "agentview":  # as LIBERO-Plus: robosuite's frame
