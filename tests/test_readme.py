@@ -102,9 +102,8 @@ SHORT_FORMS = {
     # the committed SFT model; re-evaluating the whole row takes about 10 minutes)
     "python trainers/eval.py --checkpoint docs/results/checkpoints/libero_object_seed0_rft_protocol.pt "
     "--init-states 40-49 --seed 0 --num-envs 2 --out runs/eval_object_seed0_rft env.vectorization=async": Short(
-        replace=(("--init-states 40-49", "--init-states 40"), ("--num-envs 2", "--num-envs 1"),
-                 ("env.vectorization=async", "--tasks 0 --video-episodes 0 env.vectorization=async "
-                                             "env.kwargs.max_episode_steps=8")),
+        replace=(("--init-states 40-49", "--init-states 40"), ("--num-envs 2", "--num-envs 1")),
+        extra=("env.kwargs.max_episode_steps=8", "--tasks", "0", "--video-episodes", "0"),  # the override beside its kin
         expect_files=("runs/eval_object_seed0_rft/eval.json",)),
     "python trainers/eval.py --checkpoint runs/libero_small_sft/final.pt --episodes-per-task 10": Short(
         replace=(("--episodes-per-task 10", "--episodes-per-task 1"),), extra=("--tasks", "0"),
