@@ -250,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     if video_episodes:  # e.g. cameras for a state-only env; the policy reads what it was trained on
         kwargs.update(cfg.eval.video_env_kwargs)
     out = pathlib.Path(args.out) if args.out else default_report_dir(pathlib.Path(args.checkpoint))
+    completed = False  # every rank got to the end: they tear the process group down together
     try:
         if cfg.torch_threads:  # the run's own setting, as the trainers apply it (more threads than cores spin)
             torch.set_num_threads(cfg.torch_threads)
@@ -263,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
                                      specs=None if plan is None else plan.specs, contract=checkpoint_contract(state))
 
         if plan is not None:
-            return replay_outcome(plan, evaluate(cfg.env, out, f"# replay of {args.replay}: {args.checkpoint}"), out)
+            outcome = replay_outcome(plan, evaluate(cfg.env, out, f"# replay of {args.replay}: {args.checkpoint}"), out)
+            completed = True
+            return outcome
         if rows is None:
             evaluate(cfg.env, out, f"# {cfg.env.id}: {args.checkpoint}")
         else:
@@ -274,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             if report is not None:
                 print(ood_markdown(report), end="")
                 print(f"OOD report: {out / 'ood.md'}, {out / 'ood.json'}")
+        completed = True
     except ContractError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -287,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr)
         return 2
     finally:
-        dist.close()
+        dist.close(synchronize=completed)
     return 0
 
 

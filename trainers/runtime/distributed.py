@@ -6,7 +6,7 @@
     state = dist.full_state_dict(policy)            # collective; the whole state on rank 0 (and {} elsewhere
     dist.load_full_state_dict(policy, state)        #   under fsdp); loads a whole state into either strategy
     means = dist.mean({"loss": 0.3})                # the same dict on every rank, averaged
-    dist.close()
+    dist.close(synchronize=True)                    # at the clean end: every rank arrives, then teardown
 
 The backend is NCCL when the device is CUDA, gloo otherwise. Without torchrun (no ``WORLD_SIZE``)
 everything degrades to a single process and no process group is created.
@@ -256,8 +256,14 @@ class Distributed:
         if self.enabled:
             tdist.barrier()
 
-    def close(self) -> None:
+    def close(self, synchronize: bool = False) -> None:
+        """Destroy the process group. ``synchronize=True`` (the clean end of a command) first waits for every
+        rank, so no rank tears its group down and exits while another still has collectives in flight with it
+        (seen once as a ``terminate called without an active exception`` abort at a two-rank SFT's exit).
+        Leave it False on error paths: a rank that failed elsewhere would never arrive."""
         if self.enabled and tdist.is_initialized():
+            if synchronize:
+                tdist.barrier()
             tdist.destroy_process_group()
 
 

@@ -92,10 +92,12 @@ def train_main(algo_cls, argv: list[str] | None = None) -> int:
             raise
         print(line, file=sys.stderr)
         return 2
+    completed = False
     try:
         algo.learn()
         if dist.is_main:
             print("\n".join(getattr(algo_cls, "summary_lines", run_summary_lines)(algo)), flush=True)
+        completed = True
     except (ContractError, ConfigError, CheckpointError) as exc:  # checkpoint.resume into another env, ...
         _discard_unstarted(algo)
         print(f"{name}: {exc}", file=sys.stderr)
@@ -105,7 +107,7 @@ def train_main(algo_cls, argv: list[str] | None = None) -> int:
         raise
     finally:
         algo.close()
-        dist.close()
+        dist.close(synchronize=completed)
     return 0
 
 
