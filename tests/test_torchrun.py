@@ -72,8 +72,9 @@ def worker(algo_name: str, out: pathlib.Path) -> None:
     dist.close()
 
 
-def close_worker(mode: str, out: pathlib.Path) -> None:
-    """Rank 1 arrives at ``close`` a second late; each rank writes when it arrived and when ``close`` returned."""
+def close_worker(out: pathlib.Path) -> None:
+    """Rank 1 arrives at ``close(synchronize=True)`` a second late; each rank writes when it arrived and when
+    ``close`` returned."""
     import time
 
     from vla_gym.trainers.runtime.distributed import Distributed
@@ -82,9 +83,9 @@ def close_worker(mode: str, out: pathlib.Path) -> None:
     if dist.rank == 1:
         time.sleep(1.0)
     arrived = time.time()
-    dist.close(synchronize=mode == "close_synchronized")
+    dist.close(synchronize=True)
     returned = time.time()
-    (out / f"{mode}_rank{dist.rank}.json").write_text(json.dumps({"arrived": arrived, "returned": returned}))
+    (out / f"close_rank{dist.rank}.json").write_text(json.dumps({"arrived": arrived, "returned": returned}))
 
 
 # -------------------------------------------------------------------------------------------- tests
@@ -128,10 +129,13 @@ def test_a_synchronized_close_waits_for_the_late_rank(tmp_path):
     """The clean end of every command (``Distributed.close(synchronize=True)``): no rank tears the group down
     while another has not arrived yet (the plain close, kept for error paths, returns on rank 0 about a second
     before rank 1 arrives: this check fails without the barrier)."""
-    check(torchrun(__file__, "close_synchronized", str(tmp_path), timeout=120))
-    first, late = (json.loads((tmp_path / f"close_synchronized_rank{r}.json").read_text()) for r in (0, 1))
+    check(torchrun(__file__, "close", str(tmp_path), timeout=120))
+    first, late = (json.loads((tmp_path / f"close_rank{r}.json").read_text()) for r in (0, 1))
     assert first["returned"] >= late["arrived"]
 
 
 if __name__ == "__main__":
-    (close_worker if sys.argv[1].startswith("close") else worker)(sys.argv[1], pathlib.Path(sys.argv[2]))
+    if sys.argv[1] == "close":
+        close_worker(pathlib.Path(sys.argv[2]))
+    else:
+        worker(sys.argv[1], pathlib.Path(sys.argv[2]))
