@@ -1,9 +1,11 @@
-"""Measured results as data: ``docs/results/*.json`` files written atomically, each row stamped with the commit.
+"""Measured results as data: a study's ``results.json`` written atomically, each row stamped with the commit, and
+the Markdown tables rendered from it into marked blocks of a README.
 
     >>> path = write_results(tmp_path / "x.json", {"runs": [{"seed": 0, "commit": git_commit()}]})  # doctest: +SKIP
+    >>> render_block("experiments/main_job_seeds/README.md", "results", table_text)   # doctest: +SKIP
 
-Used by the scripts that measure a table (``scripts/libero_rl_table.py``, ``scripts/main_job_runs.py``,
-``scripts/noise_sweep.py``), so a README/docs table and its JSON come from one writer.
+Used by the studies in ``experiments/`` (each one's table script), so a README table and its JSON come from one
+writer, and a test can check that they still agree (``render_block(..., check=True)``).
 """
 from __future__ import annotations
 
@@ -35,8 +37,8 @@ def git_commit(root: str | os.PathLike = ROOT) -> str:
 def repo_relative(path: str | os.PathLike | None) -> str | None:
     """``path`` relative to the repository when it lies inside it (as results name their files), else as given.
 
-    >>> repo_relative(ROOT / "docs" / "results" / "x.json")
-    'docs/results/x.json'
+    >>> repo_relative(ROOT / "experiments" / "main_job_seeds" / "results.json")
+    'experiments/main_job_seeds/results.json'
     """
     if path is None:
         return None
@@ -49,3 +51,28 @@ def write_results(path: str | os.PathLike, data: dict[str, Any]) -> pathlib.Path
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+
+
+def render_block(path: str | os.PathLike, name: str, text: str, check: bool = False) -> bool:
+    """Put ``text`` between ``<!-- name:begin -->`` and ``<!-- name:end -->`` in the Markdown file at ``path``.
+
+    Returns whether the block already held ``text``; with ``check`` nothing is written (a test's way to keep a
+    README equal to its JSON). A file without the markers is an error that names them.
+
+    >>> page = tmp_path / "README.md"; _ = page.write_text("# x\n<!-- t:begin -->\nold\n<!-- t:end -->\n")  # doctest: +SKIP
+    >>> render_block(page, "t", "| new |\n")   # doctest: +SKIP
+    False
+    """
+    path = pathlib.Path(path)
+    page = path.read_text()
+    begin, end = f"<!-- {name}:begin -->\n", f"<!-- {name}:end -->"
+    if begin not in page or end not in page:
+        raise ValueError(f"{path} has no block {begin.strip()} ... {end}: add both markers where the table goes")
+    head, rest = page.split(begin, 1)
+    old, tail = rest.split(end, 1)
+    text = text if text.endswith("\n") else text + "\n"
+    if old == text:
+        return True
+    if not check:
+        atomic_write_text(path, head + begin + text + end + tail)
+    return False
