@@ -5,17 +5,20 @@
     python benchmarks/bench_vla_gpu.py --family pi0 --policy pi0 --chunk 4
     python benchmarks/bench_vla_gpu.py --algo grpo --env synthetic     # GRPO with the LIBERO v3 loss, KL to a frozen copy
     python benchmarks/bench_vla_gpu.py --size tiny --env synthetic --num-envs 1 --n-steps 2 --updates 1   # short form (CPU)
+    python benchmarks/bench_vla_gpu.py --env synthetic --json benchmarks/results/vla_gpu/ppo_paligemma_tokens.json
 
 The weights are random (from a config with the layer shapes of PaliGemma-3B / SmolVLM-2.2B / PI0:
-:func:`random_vlms.build_vlm` with ``size="full"``, saved in bf16 and loaded back
-through the policies' ``from_pretrained`` path), so the numbers measure compute and memory, not skill.
+:func:`random_vlms.build_vlm` of ``tests/random_vlms.py``, loaded by path, with ``size="full"``, saved in bf16 and
+loaded back through the policies' ``from_pretrained`` path), so the numbers measure compute and memory, not skill.
 One PPO run through vla_gym's trainer: ``--updates`` rollouts of ``--n-steps`` vector steps in
 ``--num-envs`` ManiSkill envs (224 px main camera, an action chunk of ``--chunk`` steps), each followed by
 one epoch of minibatches of ``--batch-size``. Reported: rollout samples/s (policy forward + env), update
 samples/s (forward + backward + Adam on LoRA and heads), the whole loop's samples/s and the peak GPU memory.
-``--algo grpo`` runs GRPO instead, with the loss of ``examples/configs/libero_object_miniature_grpo_v3.yaml`` (a
-ratio per action dimension/token, clip 0.2 / 0.28, masked unexecuted sub-actions, every episode weighted the same,
-a KL term to a frozen copy of the initial policy): ``--updates`` updates of 2 groups of ``--num-envs`` episodes.
+``--algo grpo`` runs GRPO instead, with the loss of the LIBERO miniature's GRPO v3 config
+(``experiments/libero_miniature/configs/libero_object_miniature_grpo_v3.yaml``: a ratio per action dimension/token,
+clip 0.2 / 0.28, masked unexecuted sub-actions, every episode weighted the same, a KL term to a frozen copy of the
+initial policy): ``--updates`` updates of 2 groups of ``--num-envs`` episodes. ``--json`` writes the figures,
+stamped with the commit; the ones docs/vla.md shows are in ``benchmarks/results/vla_gpu/``.
 
 Without CUDA it stops at once (a full-size model would take hours on a CPU) unless ``--size tiny``: the same
 loop with a tiny model (2 layers), which checks that the script runs, not how fast a GPU is.
@@ -27,13 +30,26 @@ the model side only (the env costs nothing).
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import pathlib
 import tempfile
 import time
 
 from vla_gym.runtime.cli_args import script_parser
 from vla_gym.trainers.runtime.results import git_commit, write_results
+
+#: the random-weight VLM builder, shared with the tests (tests/random_vlms.py)
+RANDOM_VLMS = pathlib.Path(__file__).resolve().parents[1] / "tests" / "random_vlms.py"
+
+
+def load_random_vlms():
+    """``tests/random_vlms.py`` as a module, by path (tests/ is no package and not on this script's path)."""
+    spec = importlib.util.spec_from_file_location("random_vlms", RANDOM_VLMS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def synthetic_env_class():
@@ -111,7 +127,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     import torch
-    from random_vlms import build_vlm
 
     from vla_gym.trainers import GRPO, PPO
     from vla_gym.trainers.policies import make_policy
@@ -124,7 +139,7 @@ def main(argv=None) -> int:
     model_dir = args.model_dir or os.path.join(tempfile.gettempdir(), f"vla_bench_{args.family}_{args.size}")
     t0 = time.perf_counter()
     if not os.path.exists(os.path.join(model_dir, "config.json")):
-        build_vlm(model_dir, family=args.family, size=args.size, device=device, dtype=args.dtype,
+        load_random_vlms().build_vlm(model_dir, family=args.family, size=args.size, device=device, dtype=args.dtype,
                   **({"chunk_size": max(args.chunk, 4)} if args.family == "pi0" else {}))
     build_s = time.perf_counter() - t0
 

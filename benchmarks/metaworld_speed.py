@@ -3,7 +3,7 @@
     python benchmarks/metaworld_speed.py                                   # push: state-only and 224x224 images
     python benchmarks/metaworld_speed.py --task pick-place --steps 500 --episodes 4
     python benchmarks/metaworld_speed.py --size 32 --episodes 1 --steps 5  # short form (CI): it runs, nothing is claimed
-    python benchmarks/metaworld_speed.py --steps 100 --json docs/results/metaworld_speed.json   # the docs' figures
+    python benchmarks/metaworld_speed.py --steps 100 --json benchmarks/results/metaworld_speed.json   # the docs' figures
 
 The raw env is Meta-World's own class (``metaworld.env_dict.ALL_V3_ENVIRONMENTS``) set up as vla_gym runs it
 (:func:`vla_gym.backends.metaworld.env.configure_raw_env`: goal in the observation, seeded goal sampling); with

@@ -1,7 +1,7 @@
 """What recording a rollout as a dataset costs on LIBERO, against playing it unrecorded, in one run.
 
     python benchmarks/record_cost.py                                  # 128 px, main + wrist, 3 repeats
-    python benchmarks/record_cost.py --json docs/results/record_cost.json      # the docs' figures
+    python benchmarks/record_cost.py --json benchmarks/results/record_cost.json      # the docs' figures
     python benchmarks/record_cost.py --image-size 32 --repeats 1      # short form (CI): it runs, nothing is claimed
 
 Two episodes of LIBERO-Object task 1 from init state 0 under action chunks of 8 (as the miniature configs play

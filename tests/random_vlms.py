@@ -5,7 +5,7 @@ instructions, the weights are the model's random initialisation. The result is a
 ``save_pretrained`` directory, so the policies load it through the same ``from_pretrained`` code
 that loads a real checkpoint::
 
-    >>> from random_vlms import build_vlm       # benchmarks/ on sys.path
+    >>> from random_vlms import build_vlm       # tests/ on sys.path (benchmarks/bench_vla_gpu.py loads it by path)
     >>> path = build_vlm("/tmp/tiny-paligemma", family="paligemma", size="tiny")      # doctest: +SKIP
     >>> policy = make_policy("vla_gym.trainers.policies.vla_tokens:ActionTokenVLAPolicy",
     ...                      env.observation_space, env.action_space, model=path)      # doctest: +SKIP

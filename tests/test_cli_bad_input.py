@@ -23,7 +23,7 @@ from short_runs import ROOT, child_env, executable
 
 CARTPOLE = "examples/configs/cartpole_ppo.yaml"
 PUSHCUBE = "examples/configs/maniskill_pushcube_ppo.yaml"
-LIBERO_SFT = "examples/configs/libero_object_miniature_sft.yaml"
+LIBERO_SFT = "experiments/libero_miniature/configs/libero_object_miniature_sft.yaml"
 PPO, GRPO, SFT, EVAL = "trainers/ppo.py", "trainers/grpo.py", "trainers/sft.py", "trainers/eval.py"
 DEMOS = "-m vla_gym.cli demos"
 

@@ -13,7 +13,7 @@ from vla_gym.runtime.receipt import camera_contract, file_sha256, package_versio
 from vla_gym.trainers.evaluation.replay import ReplayError, failed_starts, load_replay
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SFT = ROOT / "docs/results/checkpoints/libero_object_seed0_sft.pt"  # saw MuJoCo 3.17's darker frames: --allow-render-shift
+SFT = ROOT / "experiments/libero_miniature/models/libero_object_seed0_sft_3demos_fitted.pt"
 
 
 def run_eval(*args: str) -> subprocess.CompletedProcess:

@@ -109,7 +109,7 @@ def test_a_resumed_libero_evaluation_plays_its_episodes_bit_for_bit():
     from vla_gym.trainers.runtime.config import config_from_dict
     from vla_gym.trainers.runtime.envs import make_envs
 
-    state = load_checkpoint(ROOT / "docs/results/checkpoints/libero_object_seed0_sft_3demos_fitted.pt", map_location="cpu")
+    state = load_checkpoint(ROOT / "experiments/libero_miniature/models/libero_object_seed0_sft_3demos_fitted.pt", map_location="cpu")
     cfg = config_from_dict(state["config"], ["env.vectorization=async"])
     policy = load_policy(state, "cpu")
     envs = make_envs(cfg.env, 2, kwargs={**cfg.eval.env_kwargs, "max_episode_steps": 48})

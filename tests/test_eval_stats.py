@@ -41,7 +41,7 @@ def test_wilson_interval_known_values():
 
 
 def test_rate_with_interval_is_the_tables_cell():
-    """``35.0 % [18.1, 56.7]``: the rate and its Wilson interval in percent, as scripts/libero_rl_table.py shows them."""
+    """``35.0 % [18.1, 56.7]``: the rate and its Wilson interval in percent, as experiments/libero_miniature/table.py shows them."""
     assert rate_with_interval(7, 20) == "35.0 % [18.1, 56.7]"
     assert rate_with_interval(0, 10) == "0.0 % [0.0, 27.8]" and rate_with_interval(10, 10) == "100.0 % [72.2, 100.0]"
     assert rate_with_interval(0, 0) == "n/a"  # no episodes: no rate

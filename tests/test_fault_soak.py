@@ -1,5 +1,6 @@
-"""benchmarks/fault_soak.py: LIBERO GRPO under torchrun survives killed and hung env workers, a SIGKILLed trainer
-restarted with the same command and a truncated checkpoint, and loses no update, checkpoint or episode.
+"""experiments/reliability_soaks/fault_soak.py: LIBERO GRPO under torchrun survives killed and hung env workers, a
+SIGKILLed trainer restarted with the same command and a truncated checkpoint, and loses no update, checkpoint or
+episode.
 
 The short form runs the real thing (2 torchrun processes, async LIBERO workers, each fault once) in about two
 minutes; the quick tests check the supervisor's pieces (/proc parsing, the accounting, the time lost) and the fix
@@ -11,13 +12,16 @@ import functools
 import json
 import os
 import pathlib
+import sys
 import time
 
 import pytest
 import torch
 from short_runs import assert_ok, executable, run_command
 
-SCRIPT = "benchmarks/fault_soak.py"
+SOAKS = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "reliability_soaks"
+sys.path.insert(0, str(SOAKS))  # the study's scripts, imported by their module names below
+SCRIPT = "experiments/reliability_soaks/fault_soak.py"
 
 
 def fake_proc(root: pathlib.Path, rows: list[tuple[int, int, str, str]]) -> pathlib.Path:
@@ -191,7 +195,7 @@ def test_short_soak_survives_every_fault(tmp_path):
     assert summary["resumes"][0]["skipped"] and summary["resumes"][0]["resumed"]
     assert summary["time_lost_s"] > 0 and all(f["lost_s"] is not None for f in summary["faults"])
     assert "SIGSTOP" in result.stdout and "truncated ckpt_" in result.stdout
-    # the docs' table, printed at the end and again from the saved summary
+    # the README's table, printed at the end and again from the saved summary
     table = run_command([*executable("python"), SCRIPT, "--table", str(out)], timeout=120)
     assert_ok(table)
     assert table.stdout in result.stdout and "| updates planned / done | 12 / 12 |" in table.stdout

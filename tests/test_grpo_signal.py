@@ -41,7 +41,7 @@ from vla_gym.trainers.runtime.config import ConfigError, config_from_dict, load_
 from vla_gym.trainers.runtime.distributed import Distributed
 
 K, A = 4, 3
-CONFIG_V2 = "examples/configs/libero_object_miniature_grpo_v2.yaml"
+CONFIG_V2 = "experiments/libero_miniature/configs/libero_object_miniature_grpo_v2.yaml"
 
 
 class ToyChunkEnv(gym.Env):

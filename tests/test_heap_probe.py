@@ -1,4 +1,5 @@
-"""benchmarks/heap_probe.py: a live process made to call malloc_trim from outside, its RSS before and after.
+"""experiments/reliability_soaks/heap_probe.py: a live process made to call malloc_trim from outside, its RSS
+before and after.
 
 The target is a real Python process that allocated ~200 MB in small blocks, freed most of them and waits: glibc
 keeps that heap, and the probe's trim gives it back. Without gdb the script must say how to install it.
@@ -28,8 +29,8 @@ def test_heap_probe_trims_a_process_that_freed_memory(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "ready"
         out = tmp_path / "probe.json"
-        result = run_command([*executable("python"), "benchmarks/heap_probe.py", "--pid", str(holder.pid),
-                              "--json", str(out)], timeout=180)
+        result = run_command([*executable("python"), "experiments/reliability_soaks/heap_probe.py",
+                              "--pid", str(holder.pid), "--json", str(out)], timeout=180)
         if shutil.which("gdb") is None:
             assert result.returncode != 0 and "apt-get install gdb" in result.stderr
             return

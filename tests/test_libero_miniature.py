@@ -1,4 +1,4 @@
-"""scripts/libero_miniature_figures.py (the LIBERO miniature's curve and video grids) in a short form.
+"""experiments/libero_miniature/figures.py (the LIBERO miniature's curve and video grids) in a short form.
 
 The inputs are small files laid out as trainers/eval.py and GRPO write them (eval.json + MP4s, a TensorBoard log);
 the training runs themselves are the configs' short forms in tests/test_examples.py and tests/test_sft.py.
@@ -15,8 +15,8 @@ import pytest
 from PIL import Image
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-from libero_miniature_figures import TILE_WIDTH  # noqa: E402
+sys.path.insert(0, str(ROOT / "experiments" / "libero_miniature"))
+from figures import TILE_WIDTH  # noqa: E402
 
 
 def eval_dir(path: pathlib.Path, successes: list[bool], frames: int) -> pathlib.Path:
@@ -49,7 +49,8 @@ def test_figures_from_eval_dirs_and_a_grpo_log(tmp_path):
         writer.add_scalar("env/success_once", success, (update + 1) * 1000)
     writer.close()
     out = tmp_path / "figures" / "mini"
-    result = subprocess.run([sys.executable, "scripts/libero_miniature_figures.py", "--grpo", str(tmp_path / "grpo"),
+    result = subprocess.run([sys.executable, "experiments/libero_miniature/figures.py", "--grpo",
+                             str(tmp_path / "grpo"),
                              "--before", str(before), "--after", str(after), "--out", str(out)],
                             cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
@@ -67,7 +68,8 @@ def test_figures_from_eval_dirs_and_a_grpo_log(tmp_path):
         for x, colour in ((1, green), (w + 7, task_1)):  # tiles' frames: green success, red failure
             assert np.abs(first[1, x] - colour).max() < 12, (name, x, first[1, x])
 
-    curve_only = subprocess.run([sys.executable, "scripts/libero_miniature_figures.py", "--grpo", str(tmp_path / "grpo"),
+    curve_only = subprocess.run([sys.executable, "experiments/libero_miniature/figures.py", "--grpo",
+                                 str(tmp_path / "grpo"),
                                  "--before", str(before), "--after", str(after), "--out", str(out) + "_curve_only",
                                  "--no-grids"], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert curve_only.returncode == 0, curve_only.stderr[-3000:]

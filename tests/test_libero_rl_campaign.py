@@ -1,9 +1,10 @@
-"""scripts/libero_rl_campaign.py in short form on real LIBERO: one task, one training and one held-out start, 8-step
-episodes, 64 px. A first call with a one-second budget fits the SFT and stops before GRPO; the same command then
-plays every step (a one-update GRPO run kept in the campaign folder, then SFT and RL evaluations pair by pair,
-each pair's row written once both are in); a third call finds every output and runs nothing; ``--method residual``
-then trains residual RL on the same SFT and evaluates only its model, and ``--method rft`` one RFT round from it,
-whose first and last greedy evaluations are the SFT's and its own train/greedy reports (read, not played again).
+"""experiments/libero_miniature/campaign.py in short form on real LIBERO: one task, one training and one held-out
+start, 8-step episodes, 64 px. A first call with a one-second budget fits the SFT and stops before GRPO; the same
+command then plays every step (a one-update GRPO run kept in the campaign folder, then SFT and RL evaluations pair
+by pair, each pair's row written once both are in); a third call finds every output and runs nothing;
+``--method residual`` then trains residual RL on the same SFT and evaluates only its model, and ``--method rft`` one
+RFT round from it, whose first and last greedy evaluations are the SFT's and its own train/greedy reports (read, not
+played again).
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ SHORT_RL = {  # one env in this process, 2 episodes of 8 steps (16 env steps)
 def campaign(tmp_path, *extra: str, method: str = "grpo", timeout: int = 900,
              eval_override: bool = True) -> subprocess.CompletedProcess:
     command = [
-        *executable("python"), "scripts/libero_rl_campaign.py", "--suite", "object", "--seed", "0", "--method", method,
+        *executable("python"), "experiments/libero_miniature/campaign.py", "--suite", "object", "--seed", "0",
+        "--method", method,
         "--tasks", "0", "--train-init-states", "0", "--heldout-init-states", "40", "--train-rl-init-states", "1",
         "--demos", str(tmp_path / "demos"), "--rl-steps", "16", "--num-envs", "1",
         "--state", str(tmp_path / "state"), "--work", str(tmp_path / "work"),
@@ -71,7 +73,7 @@ def test_campaign_runs_in_short_form_resumes_and_writes_the_rows(tmp_path):
     second = campaign(tmp_path)
     assert "trainers/sft.py" not in second.stdout  # kept from the first call
     assert second.stdout.count("trainers/eval.py") == 8 and second.stdout.count("trainers/grpo.py") == 1
-    first_row = second.stdout.index("scripts/libero_rl_table.py")
+    first_row = second.stdout.index("experiments/libero_miniature/table.py")
     assert second.stdout[:first_row].count("trainers/eval.py") == 2  # SFT and RL of one (split, mode), then its row
     checkpoints = sorted((state / "grpo" / "checkpoints").glob("ckpt_*.pt"))
     assert len(checkpoints) == 1 and (state / "grpo" / "tensorboard").is_dir()  # keep_last=1, in the campaign folder
@@ -94,7 +96,7 @@ def test_campaign_runs_in_short_form_resumes_and_writes_the_rows(tmp_path):
 
     third = campaign(tmp_path, timeout=300)
     assert "trainers/" not in third.stdout and "complete" in third.stdout
-    assert "libero_rl_table.py" not in third.stdout  # the rows keep the commit that measured them
+    assert "experiments/libero_miniature/table.py" not in third.stdout  # the rows keep the commit that measured them
 
     # residual RL on the same SFT: its run and reports beside GRPO's, the SFT's reports read, not played again
     residual = campaign(tmp_path, method="residual")
@@ -145,7 +147,8 @@ def test_more_cameras_make_a_campaign_of_their_own():
     their own, so the main-camera campaign of the same (suite, seed) is untouched."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("libero_rl_campaign", ROOT / "scripts" / "libero_rl_campaign.py")
+    spec = importlib.util.spec_from_file_location("libero_rl_campaign",
+                                                  ROOT / "experiments" / "libero_miniature" / "campaign.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     plain = module.Campaign(module.parse_args(["--suite", "spatial", "--seed", "0", "--method", "residual"]))
@@ -159,14 +162,3 @@ def test_more_cameras_make_a_campaign_of_their_own():
     grpo = module.Campaign(module.parse_args(["--suite", "spatial", "--seed", "0", "--cameras", "main", "wrist"]))
     assert grpo.variant == "protocol_wrist"
     assert grpo.camera_overrides(policy=True) == ["env.kwargs.cameras=[main,wrist]", "policy.kwargs.cameras=[main,wrist]"]
-
-
-@pytest.mark.parametrize("seed", [0, 1])
-def test_committed_object_campaigns_read_complete_in_this_clone(seed):
-    """The committed campaigns' reports name their checkpoints by the path of the clone that played them; a clone at
-    any other place (CI's) still reads every step done, so nothing is replayed (``in_this_clone``)."""
-    result = subprocess.run([*executable("python"), "scripts/libero_rl_campaign.py", "--suite", "object", "--seed",
-                             str(seed), "--status"], cwd=ROOT, env=child_env(), capture_output=True, text=True,
-                            timeout=120, check=False)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "[ ]" not in result.stdout and "complete" in result.stdout, result.stdout

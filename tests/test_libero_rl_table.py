@@ -1,4 +1,4 @@
-"""scripts/libero_rl_table.py: a measured SFT -> RL row into docs/results/libero_rl.json, and the table from it.
+"""experiments/libero_miniature/table.py: a measured SFT -> RL row into the study's results.json, and the table.
 
 The inputs are laid out as trainers/eval.py and a trainer write them (eval.json, checkpoints/, tensorboard/); the
 runs themselves are the configs' short forms in tests/test_examples.py and tests/test_sft.py.
@@ -14,6 +14,8 @@ import pytest
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+STUDY = ROOT / "experiments" / "libero_miniature"
+TABLE = "experiments/libero_miniature/table.py"
 
 
 def eval_report(path: pathlib.Path, successes: list[bool], init_states=(0, 1)) -> pathlib.Path:
@@ -42,7 +44,7 @@ def training_run(path: pathlib.Path, env_steps: int, elapsed: list[float]) -> pa
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "scripts/libero_rl_table.py", *args], cwd=ROOT, capture_output=True,
+    result = subprocess.run([sys.executable, TABLE, *args], cwd=ROOT, capture_output=True,
                             text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
@@ -66,8 +68,8 @@ def test_a_row_is_written_replaced_and_shown(tmp_path):
     assert row["rl_checkpoint"].endswith("libero_object_seed0_grpo.pt")  # the exported copies, trained parameters only
     assert torch.load(row["rl_checkpoint"], weights_only=False) == {}  # (this fake checkpoint holds none of them)
     assert set(row) >= {"suite", "seed", "method", "split", "mode", "commit", "sft_checkpoint"}
-    assert ("| object | 0 | grpo | train | greedy | 4 | 25.0 % [4.6, 69.9] | 75.0 % [30.1, 95.4] | +50.0 | 4,321 | 15 | "
-            "3.3.0 linear |" in run("table", "--out", str(out)).stdout)  # with 95 % Wilson intervals, and the frames
+    assert ("| object | 0 | grpo | train | greedy | 4 | 25.0 % [4.6, 69.9] | 75.0 % [30.1, 95.4] | +50.0 | 0.5 | 4,321 | "
+            "15 | 3.3.0 linear |" in run("table", "--out", str(out)).stdout)  # Wilson intervals, McNemar p, the frames
     run("add", *common, "--mode", "greedy", "--variant", "v3", "--export-dir", str(tmp_path / "models"))
     rows = json.loads(out.read_text())["rows"]  # another config's row stands beside the first
     assert [(r["variant"], pathlib.Path(r["rl_checkpoint"]).name) for r in rows] == [
@@ -78,7 +80,7 @@ def test_a_row_is_written_replaced_and_shown(tmp_path):
 def test_reports_of_different_episodes_are_refused(tmp_path):
     sft = eval_report(tmp_path / "sft", [True, False])
     rl = eval_report(tmp_path / "rl", [True, False], init_states=(5, 6))
-    result = subprocess.run([sys.executable, "scripts/libero_rl_table.py", "add", "--suite", "object", "--seed", "0",
+    result = subprocess.run([sys.executable, TABLE, "add", "--suite", "object", "--seed", "0",
                              "--method", "grpo", "--split", "heldout", "--mode", "greedy", "--sft-eval", str(sft),
                              "--rl-eval", str(rl), "--sft-checkpoint", "x", "--rl-run", str(tmp_path),
                              "--out", str(tmp_path / "r.json")], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -115,7 +117,7 @@ def test_reports_on_other_frames_are_refused(tmp_path):
     report = json.loads((sft / "eval.json").read_text())
     report["receipt"] = {"versions": {"mujoco": "3.17.0"}, "env": {"cameras": {"roles": {}}}}  # before the setting
     (sft / "eval.json").write_text(json.dumps(report))
-    result = subprocess.run([sys.executable, "scripts/libero_rl_table.py", "add", "--suite", "object", "--seed", "0",
+    result = subprocess.run([sys.executable, TABLE, "add", "--suite", "object", "--seed", "0",
                              "--method", "grpo", "--split", "heldout", "--mode", "greedy", "--sft-eval", str(sft),
                              "--rl-eval", str(rl), "--sft-checkpoint", "x", "--rl-run", str(tmp_path),
                              "--out", str(tmp_path / "r.json")], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -124,23 +126,26 @@ def test_reports_on_other_frames_are_refused(tmp_path):
 
 @pytest.mark.quick
 def test_docs_show_the_campaign_rows():
-    """docs/libero_miniature.md shows every campaign row (`grpo protocol`, `residual`, `rft protocol`, and their camera
-    variants such as `residual wrist`) of docs/results/libero_rl.json as the script prints it, and the README quotes
-    its SFT -> RL pair."""
+    """experiments/libero_miniature/README.md shows every campaign row (`grpo protocol`, `residual`, `rft protocol`,
+    and their camera variants such as `residual wrist`) of the study's results.json as the script prints it (the
+    top-level README's short lines are scripts/render_results.py's, checked by tests/test_layout.py)."""
     campaign = ("| grpo protocol", "| residual", "| rft protocol")
     lines = [line for line in run("table").stdout.splitlines() if any(method in line for method in campaign)]
-    docs = (ROOT / "docs" / "libero_miniature.md").read_text()
-    readme = (ROOT / "README.md").read_text()
+    docs = (STUDY / "README.md").read_text()
     assert lines
     for line in lines:
-        assert line in docs, f"docs/libero_miniature.md lacks the measured row {line}"
-        sft, rl = (cell.strip() for cell in line.split("|")[7:9])
-        assert f"{sft} -> {rl}" in readme, f"README.md lacks {sft} -> {rl}"
+        assert line in docs, f"experiments/libero_miniature/README.md lacks the measured row {line}"
 
 
 def test_every_committed_row_names_models_that_are_in_the_repository():
     """Issue 28's rows carry their models so anyone can re-evaluate them; a row whose models were lost says so."""
-    rows = json.loads((ROOT / "docs" / "results" / "libero_rl.json").read_text())["rows"]
+    rows = json.loads((STUDY / "results.json").read_text())["rows"]
     missing = [(row["variant"], row["split"], row["mode"], path) for row in rows if not row.get("models_lost")
-               for path in (row["sft_checkpoint"], row["rl_checkpoint"]) if not (ROOT / path).is_file()]
+               for path in (row["sft_checkpoint"], row["rl_checkpoint"]) if path and not (ROOT / path).is_file()]
     assert not missing, f"rows point at models that are not committed: {missing}"
+
+
+def test_the_readme_shows_the_results_json_table():
+    """The study's README holds the table that `table.py readme` renders from results.json (`--check` only compares)."""
+    result = run("readme", "--check")
+    assert "differs" not in result.stderr

@@ -1,18 +1,34 @@
-"""benchmarks/memory_soak.py: a LIBERO worker's RSS over many resets, resumable, and its summary.
+"""experiments/reliability_soaks/memory_soak.py: a LIBERO worker's RSS over many resets, resumable, and its
+summary.
 
 The short form runs the real simulator in an async worker: 3 resets, then a resumed run to 5 (after a cut last line,
-as a stopped run leaves), then ``--summary``. The figures it measures are in docs/reliability.md.
+as a stopped run leaves), then ``--summary``. The figures it measures are in experiments/reliability_soaks/README.md.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
+import pathlib
+import sys
 
 import pytest
 from short_runs import assert_ok, executable, run_command
 
 from vla_gym.runtime.memory import release_freed_memory
 
-SCRIPT = "benchmarks/memory_soak.py"
+SOAKS = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "reliability_soaks"
+sys.path.insert(0, str(SOAKS))  # the study's scripts, imported by their module names below
+SCRIPT = "experiments/reliability_soaks/memory_soak.py"
+
+
+@pytest.mark.quick
+def test_the_study_readme_tables_equal_their_json():
+    """experiments/reliability_soaks/table.py readme --check: every table of the study's README is what its
+    results/ JSON renders (run ``table.py readme`` after a new measurement)."""
+    spec = importlib.util.spec_from_file_location("reliability_soaks_table", SOAKS / "table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    assert table.main(["readme", "--check"]) == 0
 
 
 @pytest.mark.quick
@@ -86,8 +102,8 @@ def test_short_soak_resumes_and_summarizes(tmp_path):
 
 def test_a_training_runs_memory_curve_is_read_from_its_tensorboard(tmp_path):
     """A PPO run on 2 async CartPole workers logs env/worker_rss_mb and proc/rss_mb every update;
-    benchmarks/memory_run.py reads them back as the curve and the growth per hour (the 1-hour LIBERO GRPO
-    measurement of docs/reliability.md, in short form)."""
+    experiments/reliability_soaks/memory_run.py reads them back as the curve and the growth per hour (the LIBERO
+    GRPO measurement of experiments/reliability_soaks/README.md, in short form)."""
     from vla_gym.trainers import PPO
     from vla_gym.trainers.runtime.config import config_from_dict
 
@@ -99,8 +115,8 @@ def test_a_training_runs_memory_curve_is_read_from_its_tensorboard(tmp_path):
     })
     PPO.from_config(cfg).learn().close()
     out = tmp_path / "memory.json"
-    result = run_command([*executable("python"), "benchmarks/memory_run.py", str(tmp_path / "ppo"),
-                          "--warmup-minutes", "0", "--json", str(out)], timeout=300)
+    result = run_command([*executable("python"), "experiments/reliability_soaks/memory_run.py",
+                          str(tmp_path / "ppo"), "--warmup-minutes", "0", "--json", str(out)], timeout=300)
     assert_ok(result)
     summary = json.loads(out.read_text())
     assert summary["updates"] == 8 and summary["commit"]

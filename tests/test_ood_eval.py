@@ -6,6 +6,7 @@ the trainers' checkpoint format, so the test needs no training run.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
 import pathlib
@@ -211,8 +212,8 @@ def test_ood_cli_bad_list_exits_2(tmp_path, capsys):
 
 
 def test_compare_script_puts_reports_side_by_side_on_common_rows(tmp_path):
-    """scripts/compare_ood.py: before/after RL on the rows both reports have (one was cut short)."""
-    script = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "compare_ood.py"
+    """experiments/libero_plus_ood/compare_ood.py: before/after RL on the rows both reports have (one was cut short)."""
+    script = ROOT / "experiments" / "libero_plus_ood" / "compare_ood.py"
 
     def compare(*args):
         return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
@@ -240,6 +241,29 @@ def test_compare_script_puts_reports_side_by_side_on_common_rows(tmp_path):
     assert failed.returncode == 2 and "not found" in failed.stderr
 
 
+@pytest.mark.quick
+def test_libero_plus_ood_readme_table_equals_its_json(tmp_path):
+    """experiments/libero_plus_ood/table.py readme --check: the study's README table is what results.json renders;
+    a changed result is caught, and ``readme`` writes it."""
+    study = ROOT / "experiments" / "libero_plus_ood"
+    spec = importlib.util.spec_from_file_location("libero_plus_ood_table", study / "table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    assert table.main(["readme", "--check"]) == 0
+    report = json.loads((study / "results.json").read_text())
+    row = report["libero_plus"]["rows"][0]
+    row.update(successes=5, success_rate=0.5)
+    (tmp_path / "results.json").write_text(json.dumps(report))
+    readme = tmp_path / "README.md"
+    readme.write_text((study / "README.md").read_text())
+    args = ["--results", str(tmp_path / "results.json"), "--readme", str(readme)]
+    with pytest.raises(SystemExit, match="differs"):
+        table.main(["readme", *args, "--check"])
+    assert table.main(["readme", *args]) == 0
+    assert table.main(["readme", *args, "--check"]) == 0
+    assert f"| {row['perturbation']} | {row['category']} | - | 10 | 50.0 % [23.7, 76.3] | -30.0 |" in readme.read_text()
+
+
 if __name__ == "__main__":  # the torchrun worker of test_ranks_resume_the_same_rows_under_torchrun
     resume_worker(pathlib.Path(sys.argv[1]))
 
@@ -256,10 +280,11 @@ def test_eval_samples_with_the_noise_and_std_asked_for(tmp_path, capsys):
 
 
 def test_noise_sweep_script_evaluates_each_setting_once_and_writes_its_rows(tmp_path, capsys):
-    """scripts/noise_sweep.py (its short form): a greedy row and one per SHAPE:STD; a second run reads them back."""
+    """experiments/noise_sweep/sweep.py (its short form): a greedy row and one per SHAPE:STD; a second run reads them
+    back."""
     checkpoint = tiny_checkpoint(tmp_path / "ckpt.pt", chunk_size=2)
-    command = [sys.executable, "scripts/noise_sweep.py", "--checkpoint", str(checkpoint), "--settings", "chunk:0.05",
-               "--out", str(tmp_path / "noise"), "--json", str(tmp_path / "noise.json"), "--",
+    command = [sys.executable, "experiments/noise_sweep/sweep.py", "--checkpoint", str(checkpoint), "--settings",
+               "chunk:0.05", "--out", str(tmp_path / "noise"), "--json", str(tmp_path / "noise.json"), "--",
                "--episodes-per-task", "1", "--device", "cpu"]
     first = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -269,3 +294,12 @@ def test_noise_sweep_script_evaluates_each_setting_once_and_writes_its_rows(tmp_
     assert again.returncode == 0 and "running:" not in again.stdout  # both read back, nothing played
     bad = subprocess.run([*command[:5], "chunky:0.1", *command[6:]], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "write SHAPE:STD" in bad.stderr
+
+
+@pytest.mark.quick
+def test_noise_sweep_readme_table_equals_its_json():
+    """experiments/noise_sweep/README.md's table = its results.json (``sweep.py readme --check``)."""
+    spec = importlib.util.spec_from_file_location("noise_sweep", ROOT / "experiments" / "noise_sweep" / "sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    assert sweep.main(["readme", "--check"]) == 0, "run: python experiments/noise_sweep/sweep.py readme"

@@ -100,7 +100,7 @@ SHORT_FORMS = {
         expect_files=("runs/maniskill_pushcube_ppo/eval-ckpt_00000001/ood.md",)),  # reads the LIBERO-PRO catalog, builds no scene
     # a committed model: one held-out start of one task, 8 steps (the row's numbers: tests/test_eval_resume.py plays
     # the committed SFT model; re-evaluating the whole row takes about 10 minutes)
-    "python trainers/eval.py --checkpoint docs/results/checkpoints/libero_object_seed0_rft_protocol.pt "
+    "python trainers/eval.py --checkpoint experiments/libero_miniature/models/libero_object_seed0_rft_protocol.pt "
     "--init-states 40-49 --seed 0 --num-envs 2 --out runs/eval_object_seed0_rft env.vectorization=async": Short(
         replace=(("--init-states 40-49", "--init-states 40"), ("--num-envs 2", "--num-envs 1")),
         extra=("env.kwargs.max_episode_steps=8", "--tasks", "0", "--video-episodes", "0"),  # the override beside its kin
@@ -126,9 +126,6 @@ PYTHON_BLOCKS = {
     },
     'model = PPO("mlp", "CartPole-v1", num_envs=8, n_steps=32, batch_size=256, n_epochs=20, learning_rate=1e-3)': {
         "replace": (("model.learn(100_000)", "model.learn(512)"),),
-    },
-    'if __name__ == "__main__":': {
-        "replace": (("num_envs=4", "num_envs=2"),),
     },
 }
 

@@ -17,8 +17,8 @@ from short_runs import ROOT, SHORT_IMAGE_SIZE, assert_ok, executable, run_comman
 from vla_gym.trainers.algorithms.replay import FeatureReplay  # noqa: E402
 from vla_gym.trainers.algorithms.residual_td3 import ResidualTD3, TD3Settings  # noqa: E402
 
-BASE = "docs/results/checkpoints/libero_object_seed0_sft_3demos_fitted.pt"
-CONFIG = "examples/configs/libero_object_residual.yaml"
+BASE = "experiments/libero_miniature/models/libero_object_seed0_sft_3demos_fitted.pt"
+CONFIG = "examples/configs/libero_small_residual.yaml"
 
 
 def residual_policy(**kwargs):
@@ -160,7 +160,7 @@ def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path
     command = [*executable("python"), "trainers/residual.py", "--config", CONFIG, *short]
     first = run_command([*command, "total_timesteps=16"], timeout=300)
     assert_ok(first)
-    run = tmp_path / "residual"
+    run = tmp_path / "libero_small_residual"
     replay = torch.load(run / "replay.pt", weights_only=False)
     assert replay["size"] == 2 and replay["episodes"] == 1  # 16 steps = two 8-step decisions
     second = run_command([*command, "total_timesteps=32"], timeout=300)  # the same run, a larger budget
@@ -203,7 +203,7 @@ def test_trainer_refuses_another_policy(tmp_path):
                           "policy.name=vla_gym.trainers.policies.vla_small:SmallVLAPolicy", "policy.kwargs={}"],
                          timeout=300)
     assert result.returncode == 2 and "residual RL trains a" in result.stderr, result.stderr[-2000:]
-    assert not (tmp_path / "residual").exists()
+    assert not (tmp_path / "libero_small_residual").exists()
 
 
 
@@ -332,12 +332,12 @@ def test_demos_go_into_every_batch_beside_the_rollouts(tmp_path):
     result = run_command([*executable("python"), "trainers/residual.py", "--config", CONFIG, *short], timeout=300)
     assert_ok(result)
     assert f"residual.demos={tmp_path / 'demos'}: 2 decisions of 1 episodes" in result.stdout + result.stderr
-    state = torch.load(tmp_path / "residual" / "final.pt", weights_only=False)
+    state = torch.load(tmp_path / "libero_small_residual" / "final.pt", weights_only=False)
     assert state["td3"]["critic_steps"] == 4  # two rounds of two decisions, one step each
     assert state["td3"]["critics"]["squeezes.0.0.weight"].shape[0] == 8  # features squeezed to 8 before the action
     assert "nets.2.0.weight" in state["td3"]["critics"] and "nets.3.0.weight" not in state["td3"]["critics"]
-    assert state["td3"]["actor_steps"] == 2 and "actor_pessimism: 1.0" in (tmp_path / "residual" / "config.yaml").read_text()
-    assert scalar_values(tmp_path / "residual", "train/batch_demo_share") == [0.5, 0.5]  # demo_fraction's default
+    assert state["td3"]["actor_steps"] == 2 and "actor_pessimism: 1.0" in (tmp_path / "libero_small_residual" / "config.yaml").read_text()
+    assert scalar_values(tmp_path / "libero_small_residual", "train/batch_demo_share") == [0.5, 0.5]  # demo_fraction's default
     wrong = run_command([*executable("python"), "trainers/residual.py", "--config", CONFIG, *short,
                          "env.kwargs.cameras=[main,wrist]", "name=wrist"], timeout=300)
     assert wrong.returncode != 0 and "set env.kwargs.cameras to cameras the dataset has" in wrong.stdout + wrong.stderr

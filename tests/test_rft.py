@@ -22,7 +22,7 @@ pytest.importorskip("libero")
 
 from short_runs import ROOT, SHORT_IMAGE_SIZE, child_env, executable  # noqa: E402
 
-CONFIG = ROOT / "examples" / "configs" / "libero_object_miniature_sft.yaml"
+CONFIG = ROOT / "experiments" / "libero_miniature" / "configs" / "libero_object_miniature_sft.yaml"
 
 
 #: the SFT config shrunk to two optimizer steps on 8-step episodes (the RFT round's fit takes them too)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SFT = ROOT / "docs/results/checkpoints/libero_object_seed0_sft.pt"  # saw MuJoCo 3.17's darker frames: --allow-render-shift
+SFT = ROOT / "experiments/libero_miniature/models/libero_object_seed0_sft_3demos_fitted.pt"
 
 
 def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -69,7 +69,7 @@ def test_an_open_loop_replay_of_the_recorded_actions_renders_the_recorded_frames
 
 
 def test_sft_trains_on_the_recorded_rollouts(recorded, tmp_path):
-    result = run("trainers/sft.py", "--config", "examples/configs/libero_object_miniature_sft.yaml",
+    result = run("trainers/sft.py", "--config", "experiments/libero_miniature/configs/libero_object_miniature_sft.yaml",
                  f"run_dir={tmp_path}", "name=bc", f"sft.dataset={recorded / 'data'}", "sft.epochs=1",
                  "logging.progress_bar=false")
     assert result.returncode == 0, result.stderr[-3000:]

@@ -15,7 +15,7 @@ frozen initial policy. Episodes run to their end in ``env.num_envs`` envs per ra
 ``grpo.init_checkpoint`` starts from a PPO (or GRPO) checkpoint: its actor weights are loaded, its critic dropped.
 
 The ratio, its clip and the sampling (``GRPOConfig`` in trainers/runtime/config.py; defaults are the original
-behaviour, ``examples/configs/libero_object_miniature_grpo_v2.yaml`` the recommended settings for action chunks):
+behaviour, ``experiments/libero_miniature/configs/libero_object_miniature_grpo_v2.yaml`` the recommended settings for action chunks):
 
 - ``ratio_level`` (``chunk``): ``chunk``, one ratio per action chunk (the joint log-prob of its K x A Gaussian
   dims); ``step``, one per env step of a chunk; ``dim``, one per action dimension (RLinf / SimpleVLA-RL: per action

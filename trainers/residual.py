@@ -1,14 +1,14 @@
 """Residual RL: a bounded correction on a frozen SFT policy, trained off-policy with critics on its features.
 
-    python trainers/residual.py --config examples/configs/libero_object_residual.yaml \\
-        policy.kwargs.base_checkpoint=docs/results/checkpoints/libero_object_seed0_sft_3demos_fitted.pt
+    python trainers/residual.py --config examples/configs/libero_small_residual.yaml \\
+        policy.kwargs.base_checkpoint=experiments/libero_miniature/models/libero_object_seed0_sft_3demos_fitted.pt
     python trainers/eval.py --checkpoint runs/libero_residual/residual/final.pt --init-states 0-39
 
     >>> from vla_gym.trainers.residual import ResidualRL
-    >>> trainer = ResidualRL.from_config(load_config("examples/configs/libero_object_residual.yaml"))  # doctest: +SKIP
+    >>> trainer = ResidualRL.from_config(load_config("examples/configs/libero_small_residual.yaml"))  # doctest: +SKIP
     >>> trainer.learn().last_metrics["env/success_once"]                                                 # doctest: +SKIP
 
-Why (docs/libero_miniature.md): GRPO and refits of the whole small policy re-draw the outcome of about half the
+Why (experiments/libero_miniature/README.md): GRPO and refits of the whole small policy re-draw the outcome of about half the
 starts the SFT solves at every update, and GRPO's episode-level signal per update is mostly noise (gradient cosine of
 two half batches 0.03-0.05). Here the SFT policy stays frozen and a small actor adds at most ``policy.kwargs.scale``
 per action dimension to its greedy chunk (:class:`~vla_gym.trainers.policies.residual.ResidualPolicy`, zero at the
@@ -90,7 +90,7 @@ class ResidualRL:
 
     algo = "residual"
     cli_description = "Residual RL on a frozen SFT policy: twin critics on its features, a bounded actor (docs/trainers.md)"
-    cli_example_config = "examples/configs/libero_object_residual.yaml"
+    cli_example_config = "examples/configs/libero_small_residual.yaml"
     setup_errors = (ValueError, FileNotFoundError, TypeError)
 
     def __init__(self, cfg: Config, dist: Distributed | None = None, write_run: bool = True):
@@ -330,7 +330,7 @@ class ResidualRL:
         self.policy.load_state_dict(state["policy"])  # the rollouts' noise: collect() sets it every round
         if state.get("td3") is not None:
             self.td3.load_state_dict(state["td3"])
-        else:  # a finished campaign run, slimmed for the repository (scripts/libero_rl_campaign.py)
+        else:  # a finished campaign run, slimmed for the repository (experiments/libero_miniature/campaign.py)
             self.run.say("the checkpoint holds no critics: they and the replay start afresh (and warm up again)")
         counters = state["counters"]
         self.num_timesteps, self.num_updates = counters["num_timesteps"], counters["num_updates"]

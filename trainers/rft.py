@@ -1,6 +1,6 @@
 """Rejection-sampling fine-tuning (RFT; filtered behaviour cloning, expert iteration) on a policy's own successes.
 
-    python trainers/rft.py --sft-config examples/configs/libero_object_miniature_sft.yaml \
+    python trainers/rft.py --sft-config experiments/libero_miniature/configs/libero_object_miniature_sft.yaml \
         --demos runs/libero_rl/demos_object_3 --init-checkpoint runs/libero_rl/sft3_object_s0/final.pt \
         --init-states 0-3 --rounds 2 --samples-per-start 4 --std 0.05 --out runs/libero_rl/rft_object_s0
     python trainers/rft.py ... --seed 1 sft.epochs=10        # a second training seed; key=value: SFT overrides
@@ -50,7 +50,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def run(command: list[str], allowed: tuple[int, ...] = (0,)) -> int:
     """Run one product command from the repository root, echoed; stop with its exit code unless ``allowed`` (the
-    step runner of this script and scripts/libero_rl_campaign.py)."""
+    step runner of this script and experiments/libero_miniature/campaign.py)."""
     print("running:", " ".join(command[1:]), flush=True)
     code = subprocess.run(command, cwd=ROOT).returncode
     if code not in allowed:

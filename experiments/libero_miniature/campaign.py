@@ -1,56 +1,56 @@
-"""The LIBERO SFT -> RL table, one (suite, seed) at a time, as a campaign that outlives the machine it runs on.
+"""The LIBERO SFT -> RL table, one (suite, seed) at a time, as a campaign that resumes wherever it stopped.
 
-    python scripts/libero_rl_campaign.py --suite object --seed 0 \
-        --sft-checkpoint docs/results/checkpoints/libero_object_seed0_sft_3demos_fitted.pt   # adopt a fitted SFT
-    python scripts/libero_rl_campaign.py --suite spatial --seed 1 --minutes 150   # stop starting steps after 150 min
-    python scripts/libero_rl_campaign.py --suite object --seed 0 --status          # what is done, what is next
-    python scripts/libero_rl_campaign.py --suite object --seed 1 --method residual # residual RL on the same SFT
-    python scripts/libero_rl_campaign.py --suite spatial --seed 0 --method residual --cameras main wrist  # + wrist
+    python experiments/libero_miniature/campaign.py --suite object --seed 0 --method rft \
+        --sft-checkpoint experiments/libero_miniature/models/libero_object_seed0_sft_3demos_fitted.pt  # adopt an SFT
+    python experiments/libero_miniature/campaign.py --suite object --seed 1 --method rft --minutes 150  # 2.5 h cap
+    python experiments/libero_miniature/campaign.py --suite object --seed 0 --method rft --status  # done, to do
+    python experiments/libero_miniature/campaign.py --suite object --seed 1 --method residual  # on the same SFT
+    python experiments/libero_miniature/campaign.py --suite spatial --seed 0 --method rft --cameras main wrist
 
-The anchors' protocol in miniature (issue 28, docs/libero_miniature.md), each step a product command:
+The anchors' protocol in miniature (issue 28, experiments/libero_miniature/README.md), each step a product command:
 
 1. **demos**: ``vla-gym demos`` of the scripted expert on init states 0-2 of every task (3 per task, DART noise
    0.1, main camera 128 px; ``--cameras main wrist`` adds the wrist camera to demos, SFT and RL, a campaign of its
-   own in ``<suite>_s<seed>_wrist/`` whose models and rows are tagged ``wrist``), into ``runs/`` (rebuilt when
-   missing: they only feed step 2);
+   own in ``<suite>_s<seed>_wrist/`` whose models and rows are tagged ``wrist``), rebuilt when missing (they only
+   feed step 2 and RFT's fits);
 2. **sft**: ``trainers/sft.py`` on them for 2,400 steps (fitted: the control of the RFT runs), exported
-   (trained parameters only) to ``docs/results/checkpoints/`` (``--export-dir``), where the rows point; or
+   (trained parameters only) to ``experiments/libero_miniature/models/`` (``--export-dir``), where the rows point; or
    ``--sft-checkpoint`` adopts one (exported the same way: an equal model already there is reused, not copied).
    The campaign's ``sft.txt`` names that file: each model is stored once;
 3. **rl**: ``--method grpo`` (the default): ``trainers/grpo.py`` with
-   ``examples/configs/libero_object_miniature_grpo_v3.yaml`` from that SFT, groups drawn from init states 0-39
-   (``grpo.train_init_states=40``), until ``--rl-steps`` env steps (400,000: about 2 hours on 2 idle cores at 58
-   env steps/s); ``--method residual``: ``trainers/residual.py`` with ``examples/configs/libero_object_residual.yaml``
-   on the frozen SFT, episodes from the same starts, 100,000 env steps (48-80 min by host); ``--method rft``:
-   ``trainers/rft.py`` from the SFT, ``--rft-rounds`` rounds (default 1) of one sampled episode per training start
-   (std 0.05) and a fit from scratch on the demos plus every success kept (4,800 steps), its round 0 the SFT's
-   greedy report on the training starts (the same evaluation, read, not played again). It comes before
-   the evaluations because it is the long step: a session gives it its unbroken hours (one process, so its
-   TensorBoard is also the memory curve of an hour of LIBERO RL, ``benchmarks/memory_run.py``), and evaluations
-   resume episode by episode anyway. Once it has its steps, what only a resume needs is dropped (optimizers,
-   critics, the replay);
+   ``experiments/libero_miniature/configs/libero_object_miniature_grpo_v3.yaml`` from that SFT, groups drawn from init
+   states 0-39 (``grpo.train_init_states=40``), until ``--rl-steps`` env steps (400,000: about 2 hours on 2 idle cores
+   at 58 env steps/s); ``--method residual``: ``trainers/residual.py`` with
+   ``examples/configs/libero_small_residual.yaml`` on the frozen SFT, episodes from the same starts, 100,000 env
+   steps (48-80 min by host); ``--method rft``: ``trainers/rft.py`` from the SFT, ``--rft-rounds`` rounds (default
+   1) of one sampled episode per training start (std 0.05) and a fit from scratch on the demos plus every success
+   kept (4,800 steps), its round 0 the SFT's greedy report on the training starts (the same evaluation, read, not
+   played again). It comes before the evaluations because it is the long step: a session gives it its unbroken
+   hours (one process, so its TensorBoard is also the memory curve of an hour of LIBERO RL,
+   ``experiments/reliability_soaks/memory_run.py``), and evaluations resume episode by episode anyway. Once it has
+   its steps, what only a resume needs is dropped (optimizers, critics, the replay);
 4. **evaluations and rows**, one (split, mode) pair at a time: ``trainers/eval.py`` of the SFT model, then of the
    run's last checkpoint, on the training starts (init states 0-39 of every task, 400 episodes) or the held-out
    ones (40-49, 100 episodes), greedy or sampled (std 0.05 per step, GRPO's exploration noise); then that pair's
-   row, ``scripts/libero_rl_table.py add`` into ``docs/results/libero_rl.json`` (method ``grpo``, variant
-   ``protocol``, or method ``residual``), both models exported to ``docs/results/checkpoints/``. Rows land one by
-   one, training starts greedy first. The SFT's reports (``evals/sft_*``) serve both methods; the RL model's are
-   ``evals/rl_*`` (GRPO) or ``evals/residual_*``;
-5. **curve**: ``scripts/libero_miniature_figures.py --no-grids``: ``<method>_curve.png`` / ``.md`` in the campaign
-   folder, the success of the RL run's rollouts per update (GRPO) or round (residual) with the greedy evaluations
-   on the training starts as lines.
+   row, ``experiments/libero_miniature/table.py add`` into ``experiments/libero_miniature/results.json`` (method
+   ``grpo``, ``residual`` or ``rft``; variant ``protocol`` for GRPO and RFT), both models exported to
+   ``experiments/libero_miniature/models/`` (git keeps the few the README names). Rows land one by one, training
+   starts greedy first. The SFT's reports (``evals/sft_*``) serve every method; the RL model's are ``evals/rl_*``
+   (GRPO), ``evals/residual_*`` or ``evals/rft_*``;
+5. **curve**: ``experiments/libero_miniature/figures.py --no-grids``: ``<method>_curve.png`` / ``.md`` in the
+   campaign folder, the success of the RL run's rollouts per update (GRPO) or round (residual), or of each RFT
+   round's model, with the greedy evaluations on the training starts as lines.
 
-Everything a later step needs lives under ``docs/results/libero_rl_campaign/<suite>_s<seed>/`` (``--state``): which SFT
-model (``sft.txt``), the evaluation reports (a stopped evaluation resumes from its ``partial/`` episodes), and the RL runs
-themselves (``grpo/``, ``residual/``: the newest checkpoint, ``checkpoint.keep_last=1``, and the TensorBoard). Commit
-that folder when a session ends; the same command on a fresh clone goes on from there, each step skipped when its
-output exists (a residual run stopped part-way resumes with its critics but an empty replay: ``replay.pt`` is not
-committed). ``--minutes`` stops starting new steps after that long and gives the RL run the rest as
-``time_limit_s`` (an RFT run is not cut: its steps, each a product command, are skipped when done). An RFT run's
-recorded successes (``round_R/rollouts_*``, a few MB an episode) are not committed (``.gitignore``): a finished run
-reads complete on a fresh clone, but a stopped or longer one needs the machine that sampled its rounds. ``--tasks``,
-``--train-init-states``, ``--heldout-init-states``, ``--demos`` and the ``--sft-override`` / ``--rl-override`` /
-``--eval-override`` lists shrink it for the short form (tests/test_libero_rl_campaign.py).
+Everything a later step needs lives under ``runs/libero_rl_campaign/<suite>_s<seed>/`` (``--state``; git-ignored):
+which SFT model (``sft.txt``), the evaluation reports (a stopped evaluation resumes from its ``partial/`` episodes),
+the RL runs themselves (``grpo/``, ``residual/``, ``rft/``: the newest checkpoint, ``checkpoint.keep_last=1``, and
+the TensorBoard), the demos and the SFT run (``--work``, the same folder by default). The same command goes on from
+there, each step skipped when its output exists (a residual run stopped part-way resumes with its critics and
+replay). What the study keeps in git is the rows (``results.json``) and the models the README names (``models/``).
+``--minutes`` stops starting new steps after that long and gives the RL run the rest as ``time_limit_s`` (an RFT run
+is not cut: its steps, each a product command, are skipped when done). ``--tasks``, ``--train-init-states``,
+``--heldout-init-states``, ``--demos`` and the ``--sft-override`` / ``--rl-override`` / ``--eval-override`` lists
+shrink it for the short form (tests/test_libero_rl_campaign.py).
 """
 from __future__ import annotations
 
@@ -64,12 +64,18 @@ from vla_gym.runtime.cli_args import parse_ids, script_parser
 from vla_gym.trainers.rft import run  # the same echoed step runner
 from vla_gym.trainers.runtime.results import repo_relative
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+STUDY = HERE.relative_to(ROOT)  # experiments/libero_miniature: the commands run from the repository root
 ENV_IDS = {"object": "VLA/LiberoObject-v0", "spatial": "VLA/LiberoSpatial-v0"}
-SFT_CONFIG = "examples/configs/libero_object_miniature_sft.yaml"
-RL_CONFIGS = {"grpo": "examples/configs/libero_object_miniature_grpo_v3.yaml",
-              "residual": "examples/configs/libero_object_residual.yaml",
+SFT_CONFIG = str(STUDY / "configs" / "libero_object_miniature_sft.yaml")
+RL_CONFIGS = {"grpo": str(STUDY / "configs" / "libero_object_miniature_grpo_v3.yaml"),
+              "residual": "examples/configs/libero_small_residual.yaml",  # the product's residual example
               "rft": SFT_CONFIG}  # RFT: each round's fit
+TABLE = str(STUDY / "table.py")  # writes the rows (``add``) into RESULTS, its default
+FIGURES = str(STUDY / "figures.py")
+RESULTS = HERE / "results.json"
+MODELS = HERE / "models"
 RL_STEPS = {"grpo": 400_000, "residual": 100_000}  # env steps: 2-4 h of GRPO, 48-80 min of residual RL on 2 cores
 #: the rows' variant (the residual rows of Object s0 came first; ``rft protocol`` beside the older RFT rows r200...)
 VARIANTS = {"grpo": "protocol", "residual": "", "rft": "protocol"}
@@ -79,30 +85,6 @@ RFT_FLAGS = ["--samples-per-start", "1", "--std", "0.05"]
 RFT_FIT = ["sft.epochs=100", "sft.max_steps=4800"]
 METHOD_NAMES = {"grpo": "GRPO", "residual": "residual RL", "rft": "RFT"}  # in the curve's legend
 MODES = {"greedy": [], "sampled": ["--stochastic", "--std", "0.05"]}
-
-
-def in_this_clone(recorded: str) -> pathlib.Path:
-    """A checkpoint path a report recorded, as a path in this clone: relative paths are the repository's, and an
-    absolute one written by a clone at another place (``/elsewhere/docs/results/...``) is read by its
-    ``docs/results/...`` part when that file is here (even where the other clone still exists: CI clones beside
-    the one that played them), so a moved clone does not replay its evaluations.
-
-    >>> in_this_clone("/old/clone/docs/results/libero_rl.json") == ROOT / "docs/results/libero_rl.json"
-    True
-    >>> import tempfile  # the other clone is still there (CI's machine holds both): this clone's file all the same
-    >>> other = pathlib.Path(tempfile.mkdtemp()) / "docs/results/libero_rl.json"
-    >>> other.parent.mkdir(parents=True); _ = other.write_text("{}")
-    >>> in_this_clone(str(other)) == ROOT / "docs/results/libero_rl.json"
-    True
-    """
-    path = pathlib.Path(recorded)
-    if not path.is_absolute():
-        return ROOT / path
-    parts = path.parts
-    for i in range(len(parts) - 1):
-        if parts[i:i + 2] == ("docs", "results") and ROOT.joinpath(*parts[i:]).exists():
-            return ROOT.joinpath(*parts[i:])
-    return path
 
 
 def copy_report(source: pathlib.Path, target: pathlib.Path) -> None:
@@ -121,8 +103,8 @@ class Campaign:
         #: the cameras besides the main one name a campaign of their own (``spatial_s0_wrist``): its SFT, RL and rows
         self.tag = "_".join(camera for camera in args.cameras if camera != "main")
         folder = f"{args.suite}_s{args.seed}" + (f"_{self.tag}" if self.tag else "")
-        self.state = pathlib.Path(args.state or ROOT / "docs/results/libero_rl_campaign" / folder).resolve()
-        self.work = pathlib.Path(args.work or ROOT / "runs/libero_rl_campaign" / folder).resolve()
+        self.state = pathlib.Path(args.state or ROOT / "runs/libero_rl_campaign" / folder).resolve()
+        self.work = pathlib.Path(args.work).resolve() if args.work else self.state
         self.env_id = ENV_IDS[args.suite]
         self.deadline = time.monotonic() + 60 * args.minutes if args.minutes else None
         self.splits = {"train": args.train_init_states, "heldout": args.heldout_init_states}
@@ -241,8 +223,8 @@ class Campaign:
         report = self.eval_dir(who, split, mode) / "eval.json"
         if checkpoint is None or not report.is_file():
             return False
-        played = in_this_clone(json.loads(report.read_text())["settings"]["checkpoint"])
-        return played.resolve() == checkpoint.resolve()
+        played = pathlib.Path(json.loads(report.read_text())["settings"]["checkpoint"])  # relative: the repository's
+        return (ROOT / played).resolve() == checkpoint.resolve()
 
     def evaluate_pairs(self) -> None:
         """SFT then RL for each (split, mode), and that row as soon as both reports are in: rows land one by one."""
@@ -326,7 +308,7 @@ class Campaign:
 
     def add_row(self, split: str, mode: str) -> None:
         """The (split, mode) row of ``--results`` (replacing an older one with the same key), the models exported."""
-        run([sys.executable, "scripts/libero_rl_table.py", "add", "--suite", self.args.suite,
+        run([sys.executable, TABLE, "add", "--suite", self.args.suite,
              "--seed", str(self.args.seed), "--method", self.method, "--variant", self.variant, "--split", split,
              "--mode", mode, "--sft-eval", str(self.eval_dir("sft", split, mode)),
              "--rl-eval", str(self.eval_dir("rl", split, mode)), "--sft-checkpoint", str(self.sft),
@@ -338,7 +320,7 @@ class Campaign:
         return self.state / f"{self.method}_curve.png"
 
     def draw_curve(self) -> None:
-        run([sys.executable, "scripts/libero_miniature_figures.py", "--grpo", str(self.rl_run),
+        run([sys.executable, FIGURES, "--grpo", str(self.rl_run),
              "--before", str(self.eval_dir("sft", "train", "greedy")), "--after", str(self.eval_dir("rl", "train", "greedy")),
              "--out", str(self.rl_run), "--no-grids", "--method", METHOD_NAMES[self.method]])
 
@@ -379,7 +361,7 @@ class Campaign:
             self.draw_curve()
 
     def slim_finished_rl(self) -> None:
-        """The RL run has its env steps: what only a resume needs goes, as the campaign folder is committed. GRPO's
+        """The RL run has its env steps: what only a resume needs goes (the campaign folder keeps one model). GRPO's
         checkpoint drops its optimizer state (two thirds of its size); a residual run's its critics and their
         optimizers (``td3``, 90 %), its ``replay.pt`` and ``final.pt`` (a copy). The policy, counters and RNG states
         stay, so the evaluations and rows are unchanged; a larger ``--rl-steps`` resumes from it with a fresh Adam
@@ -426,10 +408,11 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--sft-override", nargs="*", default=[], metavar="key=value")
     parser.add_argument("--rl-override", "--grpo-override", dest="rl_override", nargs="*", default=[], metavar="key=value")
     parser.add_argument("--eval-override", nargs="*", default=[], metavar="key=value")
-    parser.add_argument("--state", default=None, help="where the campaign is kept (default docs/results/...)")
-    parser.add_argument("--work", default=None, help="scratch for demos and the SFT run (default runs/...)")
-    parser.add_argument("--export-dir", default=str(ROOT / "docs/results/checkpoints"))
-    parser.add_argument("--results", default=str(ROOT / "docs/results/libero_rl.json"))
+    parser.add_argument("--state", default=None,
+                        help="where the campaign is kept (default runs/libero_rl_campaign/<suite>_s<seed>[_<cameras>])")
+    parser.add_argument("--work", default=None, help="scratch for demos and the SFT run (default: the --state folder)")
+    parser.add_argument("--export-dir", default=str(MODELS), help="where the rows' models are exported")
+    parser.add_argument("--results", default=str(RESULTS), help="the rows (table.py's results.json)")
     return parser.parse_args(argv)
 
 

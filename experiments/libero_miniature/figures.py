@@ -1,12 +1,13 @@
-"""Figures of the LIBERO miniature runs (docs/libero_miniature_mujoco317.md): GRPO's curve and a grid of held-out evaluation videos.
+"""Figures of the LIBERO miniature runs (experiments/libero_miniature/README.md): an RL run's curve and a grid of
+evaluation videos.
 
-    python scripts/libero_miniature_figures.py --grpo runs/libero_miniature/grpo \
+    python experiments/libero_miniature/figures.py --grpo runs/libero_miniature/grpo \
         --before runs/libero_miniature/eval_sft --after runs/libero_miniature/eval_grpo \
-        --out docs/figures/libero_miniature
-    python scripts/libero_miniature_figures.py --grpo docs/results/libero_rl_campaign/object_s0/grpo \
-        --before docs/results/libero_rl_campaign/object_s0/evals/sft_train_greedy \
-        --after docs/results/libero_rl_campaign/object_s0/evals/rl_train_greedy \
-        --out docs/results/libero_rl_campaign/object_s0/grpo --no-grids   # a campaign's curve (scripts/libero_rl_campaign.py)
+        --out runs/libero_miniature/figures/object
+    python experiments/libero_miniature/figures.py --grpo runs/libero_rl_campaign/object_s0/grpo \
+        --before runs/libero_rl_campaign/object_s0/evals/sft_train_greedy \
+        --after runs/libero_rl_campaign/object_s0/evals/rl_train_greedy \
+        --out runs/libero_rl_campaign/object_s0/grpo --no-grids   # a campaign's curve (campaign.py)
 
 writes ``<out>_curve.png`` (success of the RL run's sampled rollouts per round, with the greedy held-out success
 before and after as lines), ``<out>_curve.md`` (the same per round, as a Markdown table) and, for each of
@@ -25,7 +26,7 @@ from PIL import Image
 
 from vla_gym.runtime.cli_args import script_parser
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _sft_then_rl():

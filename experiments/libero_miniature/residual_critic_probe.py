@@ -1,13 +1,14 @@
 """What a residual RL run's critic offers its actor: ``ResidualTD3.action_gains`` on batches of the run's replay.
 
-    python scripts/residual_critic_probe.py --run runs/libero_residual/residual --out runs/critic_probe.json
+    python experiments/libero_miniature/residual_critic_probe.py --run runs/libero_residual/residual \
+        --out runs/critic_probe.json
 
 ``--run`` is a residual run's folder while it still holds its critics and replay (``final.pt`` and ``replay.pt``; the
 campaign slims both away once the run is finished). Prints and writes, averaged over ``--batches`` replay batches: the
 relative Q gain of the actor's residual (``actor_q_gain``), of the best residual within the bound
 (``best_gain``, in units of ``mean|Q|`` as in the actor's loss) and that residual's size in units of the bound,
 beside the run's ``residual_l2``: a best gain far below ``residual_l2`` means the penalty keeps the residual at the
-base because the critic has not learnt which actions succeed (docs/libero_miniature.md).
+base because the critic has not learnt which actions succeed (experiments/libero_miniature/README.md).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Put OOD reports of several checkpoints side by side (e.g. before and after RL), as the seeds' tables do.
 
-    python scripts/compare_ood.py runs/x/ood_sft runs/x/ood_grpo --labels SFT "SFT + GRPO"
-    python scripts/compare_ood.py A/ood.json B/ood.json --out docs/ood_before_after.md
+    python experiments/libero_plus_ood/compare_ood.py runs/x/ood_sft runs/x/ood_grpo --labels SFT "SFT + GRPO"
+    python experiments/libero_plus_ood/compare_ood.py A/ood.json B/ood.json --out runs/ood_before_after.md
 
 Each argument is a report directory of ``trainers/eval.py --ood`` (or its ``ood.json``). Only the perturbation
 rows that every report has are compared, and the category means and the OOD average are recomputed over those

@@ -1,15 +1,15 @@
 """A fault-injected soak of LIBERO GRPO under torchrun: env workers killed and hung, the trainer SIGKILLed and
 restarted with the same command, its newest checkpoint truncated on disk; then checks that nothing was lost.
 
-    nice -n 19 python benchmarks/fault_soak.py --updates 60 --fault-every 180 --minutes 30     # long form
-    python benchmarks/fault_soak.py --short --json /tmp/fault_soak.json                        # short form (CI)
-    python benchmarks/fault_soak.py --table docs/results/fault_soak.json                       # the docs' table
+    nice -n 19 python experiments/reliability_soaks/fault_soak.py --updates 60 --fault-every 180 --minutes 30 # long
+    python experiments/reliability_soaks/fault_soak.py --short --json /tmp/fault_soak.json                  # short (CI)
+    python experiments/reliability_soaks/fault_soak.py --table experiments/reliability_soaks/results/fault_soak.json
 
 The supervisor starts the real trainer as a subprocess, ``torchrun --standalone --nproc_per_node=2 trainers/grpo.py
---config examples/configs/libero_object_miniature_grpo_v3.yaml run_dir=... <overrides>`` (the small VLA policy,
-one async LIBERO worker per rank, a checkpoint every update, ``checkpoint.resume=auto``), and while it runs injects
-the faults of ``--faults`` in turn, at least ``--fault-every`` seconds apart and only once the trainer has completed
-2 updates since the previous fault (so each fault is recovered from, and logged, before the next):
+--config experiments/libero_miniature/configs/libero_object_miniature_grpo_v3.yaml run_dir=... <overrides>`` (the
+small VLA policy, one async LIBERO worker per rank, a checkpoint every update, ``checkpoint.resume=auto``), and while
+it runs injects the faults of ``--faults`` in turn, at least ``--fault-every`` seconds apart and only once the trainer
+has completed 2 updates since the previous fault (so each fault is recovered from, and logged, before the next):
 
 - ``kill-worker``: ``kill -9`` of one env worker process (a child of a trainer rank, found in /proc);
 - ``hang-worker``: SIGSTOP of one env worker, a step that hangs: the rank's ``env.step_timeout`` must kill it and
@@ -54,9 +54,10 @@ At the end (``checks`` in the JSON; the exit code is 1 if one fails):
 Time lost by a fault: the time from the completion of the last update finished before it to the completion of the
 first update numbered past that one, minus the median time of an update that no fault touched; for a trainer kill
 it holds the restart, the update in flight and the update redone because its checkpoint was truncated. The JSON
-(``--json``, default ``docs/results/fault_soak.json``; the short form's default is in the temp folder) has the
-faults with their times, the trainer starts, the restarts, the time lost and the checks. The trainer's output is in
-``{run dir}/trainer-<start>.log``. A stopped soak does not resume: run it again with a fresh ``--run-dir``.
+(``--json``, default ``experiments/reliability_soaks/results/fault_soak.json``; the short form's default is in the
+temp folder) has the faults with their times, the trainer starts, the restarts, the time lost and the checks. The
+trainer's output is in ``{run dir}/trainer-<start>.log``. A stopped soak does not resume: run it again with a fresh
+``--run-dir``.
 """
 from __future__ import annotations
 
@@ -77,9 +78,10 @@ from typing import Any
 
 from vla_gym.runtime.cli_args import script_parser
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "docs" / "results" / "fault_soak.json"
-CONFIG = "examples/configs/libero_object_miniature_grpo_v3.yaml"
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+RESULTS = HERE / "results" / "fault_soak.json"
+CONFIG = "experiments/libero_miniature/configs/libero_object_miniature_grpo_v3.yaml"
 FAULTS = ("kill-worker", "hang-worker", "kill-trainer")
 #: updates the trainer must complete after a fault (or a start) before the next fault
 SETTLE_UPDATES = 2
@@ -703,7 +705,7 @@ def analyse(record: dict[str, Any], plan: Plan, run_dir: pathlib.Path, minutes: 
 
 
 def markdown_table(summary: dict[str, Any]) -> str:
-    """docs/reliability.md's table of a soak's figures (``--table JSON`` prints it from a saved summary)."""
+    """The study README's table of a soak's figures (``--table JSON`` prints it from a saved summary)."""
     faults, episodes, ckpts = summary["faults_by_kind"], summary["episodes"], summary["checkpoints"]
     unreadable = ckpts["unreadable_when_written"]
     lost = summary["time_lost_by_kind_s"]
@@ -747,7 +749,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      "in the temp folder)")
     parser.add_argument("--timeout", type=float, default=None, help="give up after this many seconds (long 14400, "
                                                                     "short 1200)")
-    parser.add_argument("--table", metavar="JSON", help="print the docs' table of a saved summary and exit")
+    parser.add_argument("--table", metavar="JSON", help="print the README's table of a saved summary and exit")
     args = parser.parse_args(argv)
     if args.table:
         print(markdown_table(json.loads(pathlib.Path(args.table).read_text())), end="")

@@ -1,15 +1,16 @@
 """How much of a running process's memory is heap it has freed but glibc keeps? Trim it from outside and see.
 
-    python benchmarks/heap_probe.py --match trainers/grpo.py --every-minutes 20 --probes 5 \
-        --json docs/results/memory_trim_probe.json          # a running LIBERO GRPO trainer, every 20 minutes
-    python benchmarks/heap_probe.py --pid 12345                                    # one probe of one process
+    python experiments/reliability_soaks/heap_probe.py --match trainers/grpo.py --every-minutes 20 --probes 5 \
+        --json experiments/reliability_soaks/results/memory_trim_probe.json   # a running GRPO trainer, every 20 min
+    python experiments/reliability_soaks/heap_probe.py --pid 12345                   # one probe of one process
 
 Each probe reads the process's resident memory (VmRSS, RssAnon from /proc/PID/status), makes the process call
 glibc's ``malloc_trim(0)`` through ``gdb -p PID -batch``, and reads it again. The difference is memory the
 process had freed but still held. A growth of the RSS before the trim with a flat RSS after it is heap kept by
-the allocator, not a leak (docs/reliability.md, "Memory of a training run"). Each probe pauses the process for
-well under a second. It needs gdb (``apt-get install gdb``) and the right to ptrace the process (root, or the
-process's owner with ``kernel.yama.ptrace_scope`` 0). ``--json`` writes every probe with the time and command.
+the allocator, not a leak (experiments/reliability_soaks/README.md, "Memory of a training run"). Each probe
+pauses the process for well under a second. It needs gdb (``apt-get install gdb``) and the right to ptrace the
+process (root, or the process's owner with ``kernel.yama.ptrace_scope`` 0). ``--json`` writes every probe with
+the time and command.
 """
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     target.add_argument("--match", help="probe the oldest process whose command line contains this")
     parser.add_argument("--probes", type=int, default=1)
     parser.add_argument("--every-minutes", type=float, default=20.0, help="between probes")
-    parser.add_argument("--json", default=None, help="write the probes here (e.g. docs/results/...)")
+    parser.add_argument("--json", default=None, help="write the probes here (e.g. results/...)")
     args = parser.parse_args(argv)
     if shutil.which("gdb") is None:
         parser.error("gdb is not installed: apt-get install gdb")
@@ -81,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
               f"(freed {row['freed_mb']:.0f}), anonymous {row['anon_before_mb']:.0f} -> {row['anon_after_mb']:.0f}",
               flush=True)
         if args.json:
-            write_results(args.json, {"probes": probes, "commit": git_commit(),
-                                      "command": "python benchmarks/heap_probe.py " + " ".join(argv or sys.argv[1:])})
+            command = "python experiments/reliability_soaks/heap_probe.py " + " ".join(argv or sys.argv[1:])
+            write_results(args.json, {"probes": probes, "commit": git_commit(), "command": command})
     return 0
 
 

@@ -1,8 +1,9 @@
 """A training run's memory over time, from its TensorBoard: does a long LIBERO GRPO run stay flat?
 
-    nice -n 5 python trainers/grpo.py --config examples/configs/libero_object_miniature_grpo.yaml \
+    nice -n 5 python trainers/grpo.py --config experiments/libero_miniature/configs/libero_object_miniature_grpo.yaml \
         name=memory_grpo time_limit_s=3600                                  # one hour of rollouts and updates
-    python benchmarks/memory_run.py runs/libero_miniature/memory_grpo --json docs/results/memory_grpo.json
+    python experiments/reliability_soaks/memory_run.py runs/libero_miniature/memory_grpo \
+        --json experiments/reliability_soaks/results/memory_grpo.json
 
 The trainers log, every update, ``env/worker_rss_mb`` (the largest env worker's resident memory, all ranks) and
 ``proc/rss_mb`` (the largest trainer process's), with ``time/elapsed_s``. This reads them back and reports, per
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-minutes", type=float, default=5.0, help="growth is fitted after this")
     parser.add_argument("--segment", type=int, default=-1,
                         help="which trainer process of a resumed run (0: the first; -1: the last)")
-    parser.add_argument("--json", default=None, help="also write the summary here (e.g. docs/results/...)")
+    parser.add_argument("--json", default=None, help="also write the summary here (e.g. results/...)")
     args = parser.parse_args(argv)
     run = pathlib.Path(args.run)
     if not run.is_dir():
@@ -108,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  env steps/s: first fifth {summary['steps_per_s']['first_fifth']}, "
               f"last fifth {summary['steps_per_s']['last_fifth']}")
     if args.json:
-        write_results(args.json, {"run": str(run), **summary, "commit": git_commit(),
-                                  "command": "python benchmarks/memory_run.py " + " ".join(argv or sys.argv[1:])})
+        command = "python experiments/reliability_soaks/memory_run.py " + " ".join(argv or sys.argv[1:])
+        write_results(args.json, {"run": str(run), **summary, "commit": git_commit(), "command": command})
         print(f"wrote {args.json}")
     return 0
 

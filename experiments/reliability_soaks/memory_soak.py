@@ -1,9 +1,10 @@
 """A LIBERO worker's memory and speed over many resets with task changes: does RSS stay flat?
 
-    python benchmarks/memory_soak.py --resets 2000      # rows in docs/results/memory_soak_libero130.jsonl (resumed)
-    python benchmarks/memory_soak.py --summary --plot runs/memory_soak/rss.png
-    nice -n 19 python benchmarks/memory_soak.py --breakdown          # what the baseline RSS is made of
-    python benchmarks/memory_soak.py --resets 3 --out /tmp/soak.jsonl --summary --results /tmp/soak.json  # short form
+    python experiments/reliability_soaks/memory_soak.py --resets 2000   # rows in results/memory_soak_libero130.jsonl
+    python experiments/reliability_soaks/memory_soak.py --summary --plot runs/memory_soak/rss.png
+    nice -n 19 python experiments/reliability_soaks/memory_soak.py --breakdown   # what the baseline RSS is made of
+    python experiments/reliability_soaks/memory_soak.py --resets 3 --out /tmp/soak.jsonl --summary \
+        --results /tmp/soak.json                                                  # short form
 
 One sub-env of ``--env`` (``VLA/Libero130-v0``: 130 tasks, so nearly every reset rebuilds the scene) runs in the
 worker process of an async vector env (``vla_gym.make_vec(..., vectorization="async")``), main camera only,
@@ -16,11 +17,13 @@ anonymous and file-backed parts, ``worker_hwm_mb`` its peak), ``parent_rss_mb`` 
 ``steps_per_s``, ``worker_pid`` and ``worker_resets`` (resets this worker process has done: a resumed run starts a
 new worker, and the growth slope is measured within each worker's life).
 
-The rows are kept with the results (``docs/results/memory_soak_libero130.jsonl``, about 450 bytes a reset), so a
-run stopped at the end of one machine's session goes on from a fresh clone on the next. ``--resets N`` is the
-total wanted: a file that already holds N rows is not extended (run again with a larger N to go on). ``--summary`` prints the curve (RSS at resets 0/100/500/1000/2000, growth in MB per 100 resets after
-``--warmup`` resets, median steps/s and reset seconds in the first vs the last decile) and writes it to ``--results``
-(``docs/results/memory_soak.json``); ``--plot PNG`` draws RSS and steps/s against the reset index (matplotlib).
+The rows are kept with the results (``experiments/reliability_soaks/results/memory_soak_libero130.jsonl``, about
+450 bytes a reset), so a run stopped on one machine goes on from a fresh clone on the next. ``--resets N`` is the
+total wanted: a file that already holds N rows is not extended (run again with a larger N to go on). ``--summary``
+prints the curve (RSS at resets 0/100/500/1000/2000, growth in MB per 100 resets after ``--warmup`` resets, median
+steps/s and reset seconds in the first vs the last decile) and writes it to ``--results``
+(``experiments/reliability_soaks/results/memory_soak.json``); ``--plot PNG`` draws RSS and steps/s against the reset
+index (matplotlib).
 ``--breakdown`` measures, in fresh processes, what a worker's RSS is made of (python, vla_gym, robosuite/LIBERO,
 torch, a built scene, its first render, MuJoCo's asset cache, the mappings that hold it) and stores it under
 ``breakdown`` in ``--results``.
@@ -40,9 +43,9 @@ from vla_gym.runtime.cli_args import script_parser
 from vla_gym.runtime.memory import proc_status
 from vla_gym.runtime.receipt import package_versions
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "docs" / "results" / "memory_soak.json"
-ROWS = ROOT / "docs" / "results" / "memory_soak_libero130.jsonl"
+HERE = pathlib.Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "memory_soak.json"
+ROWS = HERE / "results" / "memory_soak_libero130.jsonl"
 CHECKPOINTS = (0, 100, 500, 1000, 2000)
 MB = 1024.0
 
@@ -353,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         from vla_gym.trainers.runtime.results import repo_relative
 
         summary.update(mujoco=package_versions()["mujoco"], rows_file=repo_relative(out),
-                       command=f"python benchmarks/memory_soak.py --resets {len(rows)} "
+                       command=f"python experiments/reliability_soaks/memory_soak.py --resets {len(rows)} "
                        f"--out {repo_relative(out)} --steps {rows[0]['steps']} --image-size {rows[0]['image_size']}")
         print_summary(summary)
         update_results(pathlib.Path(args.results), None, summary)

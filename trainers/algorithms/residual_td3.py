@@ -17,7 +17,7 @@ One call of :meth:`ResidualTD3.update` on a replay batch (:class:`~vla_gym.train
   normalisation, Fujimoto & Gu 2021) minus ``residual_l2`` times the mean square of ``residual / scale``: a
   residual at its bound in every dimension must buy a relative Q gain of ``residual_l2``, so it stays near the base
   where the critic has no clear gradient (without it the actor went to the bound in every dimension within a few
-  hundred steps, chasing the critic's extrapolation: docs/libero_miniature.md).
+  hundred steps, chasing the critic's extrapolation: experiments/libero_miniature/README.md).
 - targets: Polyak averaging with ``tau`` after each step.
 
 :meth:`ResidualTD3.action_gains` says whether the critic gives the actor anything to follow: the relative Q gain of

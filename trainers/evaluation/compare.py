@@ -16,7 +16,7 @@ seed: its episodes join the overall line and the per-task lines (the bootstrap d
 task), so that several seeds' small gains are tested together.
 
 Two OOD reports (``trainers/eval.py --ood``: ``ood.json`` or its directory) are compared row by row: each row both
-reports have (``ind``, ``lighting``, ...) pairs the episodes of its ``<row>/eval.json``. ``scripts/compare_ood.py``
+reports have (``ind``, ``lighting``, ...) pairs the episodes of its ``<row>/eval.json``. ``experiments/libero_plus_ood/compare_ood.py``
 stays the tool for the seeds' table of several checkpoints side by side (Markdown for docs); this command says
 whether a row's change is more than noise.
 """

@@ -1,7 +1,7 @@
 """``ResidualPolicy``: a frozen base policy (an SFT checkpoint) plus a small, bounded correction that RL trains.
 
     >>> policy = make_policy("vla_gym.trainers.policies.residual:ResidualPolicy", obs_space, act_space,
-    ...                      base_checkpoint="docs/results/checkpoints/libero_object_seed0_sft_3demos_fitted.pt")
+    ...                      base_checkpoint="experiments/libero_miniature/models/libero_object_seed0_sft_3demos_fitted.pt")
     ...                                                                                      # doctest: +SKIP
     >>> actions, _, _ = policy.act(obs, deterministic=True)   # base's greedy chunk + the residual  # doctest: +SKIP
 
@@ -9,7 +9,7 @@ The action is ``base_mean(obs) + scale * tanh(head(net([features(obs), base_mean
 action (chunk) and its frozen features, as the base computes them, go into a small MLP whose output layer starts at
 zero, so the residual policy starts as the base, exactly, and never moves further than ``scale`` per action dimension
 from it (ResFiT, Ankile et al. 2025; ResiP for chunked behaviour cloning). The base is never trained, so an update
-cannot re-draw the outcome of the starts the base already solves the way a full update does (docs/libero_miniature.md).
+cannot re-draw the outcome of the starts the base already solves the way a full update does (experiments/libero_miniature/README.md).
 
 Sampling adds a Gaussian of the head's ``log_std`` (``set_exploration``, ``trainers/eval.py --stochastic --std``), in
 the shape ``noise`` (``step`` | ``chunk``, trainers/policies/distributions.py). ``feature_cache`` sizes the base's
@@ -49,7 +49,7 @@ def find_base_checkpoint(path: str) -> pathlib.Path:
         if candidate.is_file():
             return candidate
     raise FileNotFoundError(f"policy.kwargs.base_checkpoint={path}: no such file; pass the SFT checkpoint the residual "
-                            "policy corrects (an exported model of docs/results/checkpoints/, or a run's final.pt)")
+                            "policy corrects (an exported model (trainers.runtime.checkpoint.export_policy) or a run's final.pt)")
 
 
 class ResidualPolicy(TrainableStateMixin, DistributionPolicy):

@@ -22,7 +22,7 @@ head reads the mean of the VLM prefix's last hidden states. PI0's images are pre
 
 Options: ``model`` (path or hub name), ``cameras``, ``num_steps``, ``noise_std``, ``lora``, ``freeze_vision``,
 ``freeze_vlm`` (train the action expert only, default), ``dtype``, ``critic``, ``state_stats``, ``action_stats``,
-``max_prompt_tokens``, ``value_hidden``. ``benchmarks/random_vlms.py`` writes a random-weight
+``max_prompt_tokens``, ``value_hidden``. ``tests/random_vlms.py`` writes a random-weight
 checkpoint (tests, benchmarks).
 """
 from __future__ import annotations

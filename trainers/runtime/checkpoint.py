@@ -105,7 +105,7 @@ def save_policy_only(checkpoint: str | os.PathLike, path: str | os.PathLike) -> 
     ``trainers/eval.py --checkpoint``, :func:`load_policy` and ``grpo.init_checkpoint`` take it; a fraction of the
     size (no Adam moments), for committing a result's models.
 
-    >>> save_policy_only("runs/x/checkpoints/ckpt_00000040.pt", "docs/results/checkpoints/x.pt")   # doctest: +SKIP
+    >>> save_policy_only("runs/x/checkpoints/ckpt_00000040.pt", "experiments/x/models/x.pt")   # doctest: +SKIP
     """
     return atomic_save(_policy_only(load_checkpoint(checkpoint)), path)
 
@@ -116,7 +116,7 @@ def export_policy(checkpoint: str | os.PathLike, directory: str | os.PathLike, n
     written (``name`` first, then the others by name). A model exported for several result rows is stored once, and
     re-exporting it leaves the committed file as it is.
 
-    >>> export_policy("runs/x/sft/final.pt", "docs/results/checkpoints", "libero_object_seed0_sft.pt")   # doctest: +SKIP
+    >>> export_policy("runs/x/sft/final.pt", "experiments/x/models", "libero_object_seed0_sft.pt")   # doctest: +SKIP
     """
     directory = pathlib.Path(directory)
     exported = _policy_only(load_checkpoint(checkpoint))

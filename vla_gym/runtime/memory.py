@@ -8,8 +8,8 @@
 
 The trainers log ``env/worker_rss_mb`` (the largest worker's RSS on any rank) and ``proc/rss_mb`` (the largest
 trainer process's) every update, so a long run's memory curve is in its TensorBoard (docs/reliability.md);
-``benchmarks/memory_soak.py`` samples them per reset. :func:`release_freed_memory` gives the heap a process has
-freed back to the OS (a LIBERO scene rebuild, a trainer's update: docs/reliability.md).
+``experiments/reliability_soaks/memory_soak.py`` samples them per reset. :func:`release_freed_memory` gives the heap
+a process has freed back to the OS (a LIBERO scene rebuild, a trainer's update: docs/reliability.md).
 """
 from __future__ import annotations
 
@@ -53,8 +53,9 @@ def release_freed_memory() -> bool:
     glibc keeps freed heap in the process. A LIBERO task change frees the old scene (its ``MjModel``, ~0.3 GB with
     LIBERO's meshes and textures, and its render context, ~0.5 GB under Mesa's software EGL) and the XML compiler's
     temporaries: a worker's RSS then sits ~0.5 GB above what it uses, so the LIBERO env calls this after each scene
-    build (benchmarks/memory_soak.py measures both). The trainers call it after each update, whose rollout arrays
-    (about 100 MB of frames an update, of a different size each time under dynamic sampling) are freed then.
+    build (experiments/reliability_soaks/memory_soak.py measures both). The trainers call it after each update,
+    whose rollout arrays (about 100 MB of frames an update, of a different size each time under dynamic sampling)
+    are freed then.
     """
     if not _LIBC:
         try:
