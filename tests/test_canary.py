@@ -268,10 +268,10 @@ def test_a_libero_env_on_an_unchecked_mujoco_warns_when_it_is_made(monkeypatch):
 
 
 def test_measure_mujoco_versions_short_form_writes_rows_table_and_passed_versions(tmp_path):
-    """The short form of scripts/measure_mujoco_versions.py on this interpreter's MuJoCo (no venv made)."""
+    """The short form of experiments/mujoco_versions/measure.py on this interpreter's MuJoCo (no venv made)."""
     out = tmp_path / "mj"
-    command = [sys.executable, "scripts/measure_mujoco_versions.py", "--versions", "current", "--quick", "--suites",
-               "libero_object", "--out", str(out), "--results", str(out / "rows.json"), "--asset",
+    command = [sys.executable, "experiments/mujoco_versions/measure.py", "--versions", "current", "--quick",
+               "--suites", "libero_object", "--out", str(out), "--results", str(out / "rows.json"), "--asset",
                str(out / "passed.json")]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -280,6 +280,22 @@ def test_measure_mujoco_versions_short_form_writes_rows_table_and_passed_version
     assert row["canary"]["counts"]["FLIP"] == 0 and row["canary"]["counts"]["DRIFT"] == 0
     assert f"| {mujoco_version()} | 4/4" in done.stdout
     assert json.loads((out / "passed.json").read_text())["passed"] == [shipped_reference_mujoco()]
+
+
+@pytest.mark.quick
+def test_mujoco_versions_readme_table_and_shipped_asset_are_the_results_json(tmp_path):
+    """experiments/mujoco_versions/README.md's table = its results.json (``measure.py readme --check``), and the
+    shipped assets/canary/passed_mujoco.json is what the script writes from that JSON."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mujoco_versions_measure",
+                                                  ROOT / "experiments" / "mujoco_versions" / "measure.py")
+    measure = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(measure)
+    assert measure.main(["readme", "--check"]) == 0, "run: python experiments/mujoco_versions/measure.py readme"
+    rows = json.loads(measure.RESULTS.read_text())["rows"]
+    written = json.loads(measure.write_asset(rows, tmp_path / "passed.json").read_text())
+    assert written == json.loads((ROOT / "assets" / "canary" / "passed_mujoco.json").read_text())
 
 
 def mujoco_version() -> str:

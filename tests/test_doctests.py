@@ -1,7 +1,7 @@
 """The ``>>>`` examples in vla_gym's docstrings run, so that the usage a docstring shows stays true.
 
 One test per module of ``vla_gym`` (namespace folders such as ``vla_gym/backends`` included),
-``vla_gym.wrappers`` and ``vla_gym.trainers``, and per script of ``scripts/`` and ``benchmarks/`` that has examples
+``vla_gym.wrappers`` and ``vla_gym.trainers``, and per script of ``scripts/``, ``benchmarks/`` and ``experiments/<study>/`` that has examples
 (loaded from its file, ``__main__`` not run). Examples that need a simulator scene, a download or a long
 run are marked ``# doctest: +SKIP`` in the docstring; everything else runs here, in a fraction of a second
 each. A module whose import needs a package that is not installed is skipped, naming the package.
@@ -20,8 +20,8 @@ import pytest
 
 ROOTS = ("vla_gym", "vla_gym.wrappers", "vla_gym.trainers")
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SCRIPTS = sorted(str(path.relative_to(REPO)) for folder in ("scripts", "benchmarks")
-                 for path in (REPO / folder).glob("*.py") if ">>>" in path.read_text())
+SCRIPTS = sorted(str(path.relative_to(REPO)) for pattern in ("scripts/*.py", "benchmarks/*.py", "experiments/*/*.py")
+                 for path in REPO.glob(pattern) if ">>>" in path.read_text())
 
 
 def module_names() -> list[str]:
@@ -51,7 +51,7 @@ def test_docstring_examples_run(name):
 
 @pytest.mark.parametrize("path", SCRIPTS)
 def test_script_docstring_examples_run(path, monkeypatch):
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # benchmarks import their shared helpers by name
+    monkeypatch.syspath_prepend(str((REPO / path).parent))  # a script imports its folder's helpers by name
     name = pathlib.Path(path).stem
     spec = importlib.util.spec_from_file_location(f"_doctest_{name}", REPO / path)
     module = importlib.util.module_from_spec(spec)

@@ -98,8 +98,8 @@ def test_libero130_episode_truncates_at_the_suites_limit_and_unsupported_task_ra
 def test_measure_script_writes_tables(tmp_path):
     out = tmp_path / "measure"
     result = subprocess.run(
-        [sys.executable, "scripts/measure_libero_experts.py", "--suites", "libero_object", "--tasks", "0",
-         "--init-states", "0", "--workers", "1", "--out", str(out)],
+        [sys.executable, "experiments/scripted_experts/measure_libero_experts.py", "--suites", "libero_object",
+         "--tasks", "0", "--init-states", "0", "--workers", "1", "--out", str(out)],
         capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,10 +1,14 @@
-"""scripts/main_job_runs.py in its short form: the README's main job per seed -> a JSON row per run."""
+"""experiments/main_job_seeds/runs.py in its short form: the README's main job per seed -> a JSON row per run; and
+the study README's table equal to its results.json."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import pathlib
 import subprocess
 import sys
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -12,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 def test_main_job_runs_records_each_seed(tmp_path):
     out = tmp_path / "main_job.json"
     result = subprocess.run(
-        [sys.executable, "scripts/main_job_runs.py", "--seeds", "3", "--out", str(out), "--workdir", str(tmp_path),
+        [sys.executable, "experiments/main_job_seeds/runs.py", "--seeds", "3", "--out", str(out), "--workdir", str(tmp_path),
          "total_timesteps=800", "eval.episodes=1", "eval.video=false"],  # one episode: rank 1 evaluates none
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -22,3 +26,13 @@ def test_main_job_runs_records_each_seed(tmp_path):
     assert run["seed"] == 3 and run["env_steps"] == 800 and run["env_steps_per_s"] > 0
     assert 0.0 <= run["final_success"] <= 1.0 and run["wall_minutes"] > 0 and run["commit"]
     assert (tmp_path / "main_job_seed3" / "eval" / "eval.json").is_file()
+
+
+
+@pytest.mark.quick
+def test_readme_table_is_the_results_json():
+    """experiments/main_job_seeds/README.md's table = its results.json (``runs.py readme --check``)."""
+    spec = importlib.util.spec_from_file_location("main_job_runs", ROOT / "experiments" / "main_job_seeds" / "runs.py")
+    runs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runs)
+    assert runs.main(["readme", "--check"]) == 0, "run: python experiments/main_job_seeds/runs.py readme"

@@ -333,9 +333,10 @@ def test_speed_benchmark_short_form(mw, tmp_path):
 
 
 def test_expert_measurement_short_form_writes_its_json(mw, tmp_path):
-    """scripts/measure_metaworld_experts.py --quick: 2 tasks x 2 seeds, the same JSON shape as the committed one."""
+    """experiments/scripted_experts/measure_metaworld_experts.py --quick: 2 tasks x 2 seeds, the same JSON shape as
+    the committed one."""
     out = tmp_path / "experts.json"
-    done = subprocess.run([sys.executable, "scripts/measure_metaworld_experts.py", "--quick", "--out", str(out)],
+    done = subprocess.run([sys.executable, "experiments/scripted_experts/measure_metaworld_experts.py", "--quick", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     import json
@@ -346,11 +347,25 @@ def test_expert_measurement_short_form_writes_its_json(mw, tmp_path):
 
 
 @pytest.mark.quick
+def test_scripted_experts_readme_table_is_the_json():
+    """experiments/scripted_experts/README.md's Meta-World table = the JSON files beside it (``readme --check``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "measure_metaworld_experts", ROOT / "experiments" / "scripted_experts" / "measure_metaworld_experts.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["readme", "--check"]) == 0, (
+        "run: python experiments/scripted_experts/measure_metaworld_experts.py readme")
+
+
+@pytest.mark.quick
 def test_docs_expert_table_shows_the_measured_numbers():
-    """docs/metaworld.md's per-task table = docs/results/metaworld_experts*.json (what the script wrote)."""
+    """docs/metaworld.md's per-task table = experiments/scripted_experts/metaworld_experts*.json (what the script
+    wrote)."""
     import json
 
-    results = ROOT / "docs" / "results"
+    results = ROOT / "experiments" / "scripted_experts"
     current = {r["task"]: r["successes"] for r in json.loads((results / "metaworld_experts_mujoco3.17.0.json").read_text())["tasks"]}
     older = {r["task"]: r["successes"] for r in
              json.loads((results / "metaworld_experts_mujoco3.3.0.json").read_text())["tasks"]}

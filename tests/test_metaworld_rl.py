@@ -1,7 +1,8 @@
 """Meta-World MT10 demos -> SFT -> RL (docs/metaworld.md, "Demos -> SFT -> RL on MT10"): the env options it needs
 (``task_one_hot``, ``fixed_goals``, ``init_states``), the chain in short form on the real Meta-World, state only
 (``vla-gym demos`` -> trainers/sft.py -> one PPO update and one GRPO update from the SFT checkpoint ->
-scripts/metaworld_rl_table.py's evaluations and rows), and the configs agreeing with each other.
+experiments/metaworld_mt10/table.py's evaluations and rows), the configs agreeing with each other, and the study
+README's table equal to its results.json.
 
 The configs' own short forms (one update from scratch, two SFT steps) are tests/test_examples.py's and
 tests/test_sft.py's.
@@ -73,20 +74,22 @@ def test_configs_share_the_env_and_the_actor_and_keep_goals_40_49_out_of_trainin
     assert ppo["policy"]["kwargs"].get("critic", True) and grpo["policy"]["kwargs"]["critic"] is False
 
 
-def script(name: str):
-    """A module of scripts/ (imported with scripts/ on the path for that import only)."""
-    import importlib
+TABLE = "experiments/metaworld_mt10/table.py"
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+
+def table_script():
+    """experiments/metaworld_mt10/table.py as a module (a study script: not on the import path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("metaworld_mt10_table", ROOT / TABLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.quick
 def test_table_script_goal_ranges():
-    goal_range = script("metaworld_rl_table").goal_range
+    goal_range = table_script().goal_range
     assert goal_range("40-49") == list(range(40, 50)) and goal_range("0") == [0]
     with pytest.raises(SystemExit, match="one contiguous range"):
         goal_range("0,2")
@@ -136,7 +139,7 @@ def test_fixed_goals_are_metaworlds_seeded_draws_and_init_states_keep_resets_in_
 # ----------------------------------------------------------------------------------- the chain
 def test_demos_sft_one_rl_update_and_the_table_in_short_form(mw, tmp_path):
     """vla-gym demos -> SFT -> one PPO update (and one GRPO update) from it -> both evaluated on training and
-    held-out goals by scripts/metaworld_rl_table.py, whose rows and table are checked."""
+    held-out goals by experiments/metaworld_mt10/table.py, whose rows and table are checked."""
     pytest.importorskip("pyarrow")
     import torch
 
@@ -169,7 +172,7 @@ def test_demos_sft_one_rl_update_and_the_table_in_short_form(mw, tmp_path):
     assert (tmp_path / "grpo" / "checkpoints" / "ckpt_00000001.pt").exists()
 
     out = tmp_path / "metaworld_rl.json"
-    result = run(sys.executable, "scripts/metaworld_rl_table.py", "measure", "--seed", "0", "--method", "ppo",
+    result = run(sys.executable, TABLE, "measure", "--seed", "0", "--method", "ppo",
                  "--sft-checkpoint", sft, "--rl-run", tmp_path / "ppo", "--train-goals", "0-1", "--heldout-goals",
                  "40", "--modes", "greedy", "sampled", "--evals", tmp_path / "evals", "--env-kwarg",
                  "max_episode_steps=20", "--export-dir", tmp_path / "models", "--out", out, timeout=600)
@@ -185,33 +188,33 @@ def test_demos_sft_one_rl_update_and_the_table_in_short_form(mw, tmp_path):
     played = json.loads((tmp_path / "evals" / "ppo_s0_heldout_greedy" / "eval.json").read_text())["episodes"]
     assert sorted({e["spec"]["init_state_id"] for e in played}) == [40]  # held out, though PPO's pool is 0-39
     assert "| mt10 | 0 | ppo | heldout | greedy | 10 |" in result.stdout
-    table = run(sys.executable, "scripts/metaworld_rl_table.py", "table", "--out", out).stdout
+    table = run(sys.executable, TABLE, "table", "--out", out).stdout
     assert table.count("| mt10 | 0 | ppo |") == 4
-    again = run(sys.executable, "scripts/metaworld_rl_table.py", "measure", "--seed", "0", "--method", "ppo",
+    again = run(sys.executable, TABLE, "measure", "--seed", "0", "--method", "ppo",
                 "--sft-checkpoint", sft, "--rl-run", tmp_path / "ppo", "--train-goals", "0-1", "--heldout-goals", "40",
                 "--modes", "greedy", "sampled", "--evals", tmp_path / "evals", "--env-kwarg", "max_episode_steps=20",
                 "--out", out)  # a rerun keeps the finished reports (resume) and replaces the rows
     assert again.stdout.count("kept (finished before)") == 8
     assert [(r["sft"], r["rl"]) for r in json.loads(out.read_text())["rows"]] == [(r["sft"], r["rl"]) for r in rows]
     models = tmp_path / "models"   # the exported models, measured again without their run: the budget of their rows
-    committed = run(sys.executable, "scripts/metaworld_rl_table.py", "measure", "--seed", "0", "--method", "ppo",
+    committed = run(sys.executable, TABLE, "measure", "--seed", "0", "--method", "ppo",
                     "--sft-checkpoint", models / "metaworld_mt10_seed0_sft.pt", "--rl-checkpoint",
                     models / "metaworld_mt10_seed0_ppo.pt", "--train-goals", "0-1", "--heldout-goals", "40", "--modes",
                     "sampled", "--evals", tmp_path / "evals_again", "--env-kwarg", "max_episode_steps=20", "--out", out)
     assert committed.stdout.count("kept (finished before)") == 0
     assert {r["env_steps"] for r in json.loads(out.read_text())["rows"]} == {32}
-    missing = subprocess.run([sys.executable, "scripts/metaworld_rl_table.py", "measure", "--seed", "1", "--method",
+    missing = subprocess.run([sys.executable, TABLE, "measure", "--seed", "1", "--method",
                               "ppo", "--sft-checkpoint", sft, "--rl-checkpoint", models / "metaworld_mt10_seed0_ppo.pt",
                               "--evals", tmp_path / "evals_again", "--out", out], cwd=ROOT, capture_output=True, text=True)
     assert missing.returncode != 0 and "give --rl-run" in missing.stderr
 
 
 @pytest.mark.quick
-def test_docs_show_the_measured_rows():
-    """docs/metaworld.md's table = docs/results/metaworld_rl.json, as scripts/metaworld_rl_table.py prints it."""
-    libero_rl_table = script("libero_rl_table")
-    data = json.loads((ROOT / "docs" / "results" / "metaworld_rl.json").read_text())
+def test_readme_shows_the_measured_rows():
+    """experiments/metaworld_mt10/README.md's table = its results.json (``table.py readme --check``), and the rows
+    name models that are there."""
+    table = table_script()
+    data = json.loads(table.RESULTS.read_text())
     assert data["rows"] and all(row["suite"] == "mt10" for row in data["rows"])
-    docs = (ROOT / "docs" / "metaworld.md").read_text()
-    for line in libero_rl_table.table(data).splitlines()[2:]:
-        assert line in docs, f"docs/metaworld.md lacks the measured row {line}"
+    assert all((ROOT / row[k]).is_file() for row in data["rows"] for k in ("sft_checkpoint", "rl_checkpoint"))
+    assert table.main(["readme", "--check"]) == 0, f"run: python {TABLE} readme"

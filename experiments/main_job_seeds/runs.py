@@ -1,7 +1,8 @@
-"""Run the README's main job once per seed and record each run in ``docs/results/main_job.json``.
+"""Run the README's main job once per seed and record each run in this study's ``results.json``.
 
-    python scripts/main_job_runs.py                                  # seeds 0 1 2, about 20 minutes on 2 idle cores
-    python scripts/main_job_runs.py --seeds 0 --out /tmp/main_job.json total_timesteps=1600 eval.episodes=2   # short
+    python experiments/main_job_seeds/runs.py            # seeds 0 1 2: 17-46 minutes on 2 idle cores, by host
+    python experiments/main_job_seeds/runs.py --seeds 0 --out /tmp/main_job.json total_timesteps=1600 eval.episodes=2
+    python experiments/main_job_seeds/runs.py readme [--check]   # results.json's table into README.md (or compare)
 
 Each run is the README's command as a user types it (``torchrun --nproc_per_node=2 trainers/ppo.py --config
 examples/configs/maniskill_pushcube_ppo.yaml``) plus ``seed=S`` and its own run directory; ``key=value`` arguments
@@ -9,7 +10,16 @@ after the flags are passed on to every run. Recorded per run: ``seed``,
 ``final_success`` (the run's closing evaluation: 20 deterministic episodes on new seeds), ``wall_minutes`` (the
 whole command, start-up and evaluations included), ``env_steps_per_s`` (training env steps over the training
 time, from the run's TensorBoard ``time/total_fps``), ``env_steps`` and ``commit``. Wall times depend on the
-machine's load: run it on an otherwise idle machine. The file is replaced when every run has finished.
+machine's load: run it on an otherwise idle machine. The file is replaced when every run has finished, and when it is
+this study's ``results.json`` (the default ``--out``) the table in its README is rendered again from it.
+
+``readme`` renders that table alone: one line per run, the final success with its 95 % Wilson interval over the
+evaluation episodes (``eval.episodes`` of the config, or of the recorded overrides); ``--check`` only compares
+(exit 1 when the README differs from the JSON).
+
+    >>> table({"overrides": [], "runs": [{"seed": 0, "final_success": 0.9, "wall_minutes": 5.62,
+    ...        "env_steps_per_s": 565.6, "env_steps": 180000, "commit": "a3ff6e4"}]}).splitlines()[2]
+    '| 0 | **0.90** [0.70, 0.97] | 5.6 | 566 | 180,000 | a3ff6e4 |'
 """
 from __future__ import annotations
 
@@ -22,11 +32,14 @@ import tempfile
 import time
 
 from vla_gym.runtime.cli_args import script_parser
-from vla_gym.trainers.runtime.results import git_commit, write_results
+from vla_gym.trainers.evaluation.stats import wilson_interval
+from vla_gym.trainers.runtime.results import git_commit, render_block, write_results
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 CONFIG = "examples/configs/maniskill_pushcube_ppo.yaml"
-DEFAULT_OUT = ROOT / "docs" / "results" / "main_job.json"
+DEFAULT_OUT = HERE / "results.json"
+README = HERE / "README.md"
 
 
 def last_scalar(run: pathlib.Path, key: str) -> tuple[int, float] | None:
@@ -60,7 +73,52 @@ def run_seed(seed: int, workdir: pathlib.Path, overrides: list[str]) -> dict:
     return row
 
 
+def eval_episodes(overrides: list[str]) -> int:
+    """The episodes of a run's closing evaluation: ``eval.episodes`` of the config, or the override's."""
+    import yaml
+
+    episodes = yaml.safe_load((ROOT / CONFIG).read_text())["eval"]["episodes"]
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key == "eval.episodes":
+            episodes = int(value)
+    return int(episodes)
+
+
+def table(data: dict) -> str:
+    """The README's table: one line per recorded run, seed order."""
+    episodes = eval_episodes(data.get("overrides", []))
+    lines = [f"| seed | final success ({episodes} episodes) [95 % CI] | wall minutes | env steps/s | env steps | commit |",
+             "|---:|---:|---:|---:|---:|---|"]
+    for run in sorted(data["runs"], key=lambda r: r["seed"]):
+        low, high = wilson_interval(round(run["final_success"] * episodes), episodes)
+        fps = "-" if run.get("env_steps_per_s") is None else f"{run['env_steps_per_s']:.0f}"
+        steps = "-" if run.get("env_steps") is None else f"{run['env_steps']:,}"
+        lines.append(f"| {run['seed']} | **{run['final_success']:.2f}** [{low:.2f}, {high:.2f}] | "
+                     f"{run['wall_minutes']:.1f} | {fps} | {steps} | {run['commit']} |")
+    return "\n".join(lines) + "\n"
+
+
+def readme(argv: list[str]) -> int:
+    """``readme [--check]``: render ``results.json``'s table into the README (or only compare)."""
+    parser = script_parser(__doc__, prog="runs.py readme")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="the results JSON")
+    parser.add_argument("--readme", default=str(README))
+    parser.add_argument("--check", action="store_true", help="only compare: exit 1 when the README differs")
+    args = parser.parse_args(argv)
+    same = render_block(args.readme, "results", table(json.loads(pathlib.Path(args.out).read_text())),
+                        check=args.check)
+    if args.check and not same:
+        print(f"{args.readme}'s results table differs from {args.out}: run "
+              "python experiments/main_job_seeds/runs.py readme", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["readme"]:
+        return readme(argv[1:])
     parser = script_parser(__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="the JSON file to write")
@@ -78,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seed {row['seed']}: final success {row['final_success']:.2f}, {row['wall_minutes']:.1f} min, "
               f"{row['env_steps_per_s']} env steps/s")
     print(f"wrote {out}")
+    if out.resolve() == DEFAULT_OUT:
+        render_block(README, "results", table(data))
+        print(f"rendered its table into {README.relative_to(ROOT)}")
     return 0
 
 

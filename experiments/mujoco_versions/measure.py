@@ -1,24 +1,27 @@
 """Which MuJoCo to run LIBERO on, measured: the scripted experts and the physics canary under several versions.
 
-    python scripts/measure_mujoco_versions.py                                  # 2.3.7 3.1.6 3.3.0 3.17.0
-    python scripts/measure_mujoco_versions.py --versions 3.3.0 current --init-states 0-1 --suites libero_object
-    python scripts/measure_mujoco_versions.py --versions current --quick --out /tmp/mj --results /tmp/mj/rows.json \
+    python experiments/mujoco_versions/measure.py                                  # 2.3.7 3.1.6 3.3.0 3.17.0
+    python experiments/mujoco_versions/measure.py --versions 3.3.0 current --init-states 0-1 --suites libero_object
+    python experiments/mujoco_versions/measure.py --versions current --quick --out /tmp/mj --results /tmp/mj/rows.json \
         --asset /tmp/mj/passed.json                                    # short form: 2 tasks x 2 states, canary --quick
-    python scripts/measure_mujoco_versions.py --table               # the table (and the asset) from docs/results
+    python experiments/mujoco_versions/measure.py --table               # the table (and the asset) from results.json
+    python experiments/mujoco_versions/measure.py readme [--check]      # the table into the study's README (or compare)
 
 For each version this makes (once) a virtual environment under ``--venvs`` that sees this Python's packages
 (``--system-site-packages``) with only ``mujoco==VERSION`` (and ``numpy<2`` for MuJoCo 2.x) installed over them
 and vla_gym installed editable, then runs in it, one after the other:
 
-1. ``scripts/measure_libero_experts.py`` on the chosen suites and init states (the experts' success per suite);
+1. ``experiments/scripted_experts/measure_libero_experts.py`` on the chosen suites and init states (the experts' success per suite);
 2. ``vla-gym canary --json`` (how far each fingerprinted trajectory drifts from the one recorded under the
    reference MuJoCo, which successes flip, and how far the reset frames move: ``RENDER``).
 
 ``current`` is this interpreter's own MuJoCo (no venv). Each step's output under ``--out/mujoco-VERSION/`` is its
-resume point (a rerun skips what exists), and ``--results`` (``docs/results/mujoco_versions.json``) gets one row
+resume point (a rerun skips what exists), and ``--results`` (this study's ``results.json``) gets one row
 per version: expert success per suite and the canary's OK / DRIFT / FLIP / RENDER counts, largest drift and
-largest frame change. The versions whose canary had no DRIFT, FLIP or RENDER go to ``assets/canary/passed_mujoco.json``: a LIBERO env on any other
-version warns once (``vla_gym.backends.libero.mujoco_check``).
+largest frame change. The versions whose canary had no DRIFT, FLIP or RENDER go to ``assets/canary/passed_mujoco.json``:
+a LIBERO env on any other version warns once (``vla_gym.backends.libero.mujoco_check``). When ``--results`` is this
+study's ``results.json``, its table is rendered into the study's README too; ``readme`` renders it alone and
+``readme --check`` only compares (exit 1 when the README differs from the JSON).
 """
 from __future__ import annotations
 
@@ -31,9 +34,13 @@ import venv
 from vla_gym.canary import load as load_fingerprints
 from vla_gym.runtime.cli_args import script_parser
 from vla_gym.trainers.evaluation.stats import rate_with_interval
-from vla_gym.trainers.runtime.results import write_results
+from vla_gym.trainers.runtime.results import render_block, write_results
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+RESULTS = HERE / "results.json"
+README = HERE / "README.md"
+SCRIPT = "python experiments/mujoco_versions/measure.py"
 
 
 def interpreter(version: str, venvs: pathlib.Path) -> str:
@@ -62,7 +69,7 @@ def measure(version: str, args) -> dict:
     experts = out / "experts"
     if not (experts / "done").is_file():
         starts = ["--quick"] if args.quick else ["--init-states", *args.init_states]
-        subprocess.run([python, "scripts/measure_libero_experts.py", "--suites", *args.suites, *starts,
+        subprocess.run([python, "experiments/scripted_experts/measure_libero_experts.py", "--suites", *args.suites, *starts,
                         "--workers", str(args.workers), "--out", str(experts)], cwd=ROOT, check=True)
         (experts / "done").write_text("")
     canary = out / "canary.json"
@@ -132,7 +139,7 @@ def write_asset(rows: list[dict], path: pathlib.Path) -> pathlib.Path:
     reference = json.loads((ROOT / "assets" / "canary" / "fingerprints.json").read_text())["reference"]["mujoco"]
     write_results(path, {"reference": reference, "passed": passed(rows, reference),
                          "measured": {r["mujoco"]: r["canary"]["counts"] for r in rows},
-                         "by": "python scripts/measure_mujoco_versions.py (docs/results/mujoco_versions.json)"})
+                         "by": f"{SCRIPT} ({RESULTS.relative_to(ROOT)})"})
     return path
 
 
@@ -157,7 +164,25 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def readme(argv: list[str]) -> int:
+    """``readme [--check]``: render ``--results``' table into the study's README (or only compare)."""
+    parser = script_parser(__doc__, prog="measure.py readme")
+    parser.add_argument("--results", default=str(RESULTS))
+    parser.add_argument("--readme", default=str(README))
+    parser.add_argument("--check", action="store_true", help="only compare: exit 1 when the README differs")
+    args = parser.parse_args(argv)
+    rows = json.loads(pathlib.Path(args.results).read_text())["rows"]
+    same = render_block(args.readme, "results", markdown(rows), check=args.check)
+    if args.check and not same:
+        print(f"{args.readme}'s results table differs from {args.results}: run {SCRIPT} readme", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["readme"]:
+        return readme(argv[1:])
     parser = script_parser(__doc__)
     parser.add_argument("--versions", nargs="+", default=["2.3.7", "3.1.6", "3.3.0", "3.17.0"],
                         help="MuJoCo versions from PyPI, or `current` (this interpreter's)")
@@ -166,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--venvs", default="runs/mujoco_versions/venvs", help="where the per-version venvs live")
     parser.add_argument("--out", default="runs/mujoco_versions")
-    parser.add_argument("--results", default="docs/results/mujoco_versions.json")
+    parser.add_argument("--results", default=str(RESULTS))
     parser.add_argument("--asset", default=str(ROOT / "assets" / "canary" / "passed_mujoco.json"),
                         help="where the passed versions go (the LIBERO env reads the shipped one)")
     parser.add_argument("--quick", action="store_true", help="2 tasks x 2 init states per suite, `canary --quick`")
@@ -183,11 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = old.get("rows", []) if same_sample else []  # other versions' rows stay (same experts' sample)
     for version in args.versions:
         rows = merge_row(rows, measure(version, args))
-        write_results(results, {"command": "python scripts/measure_mujoco_versions.py " + " ".join(
-            argv if argv is not None else sys.argv[1:]), "suites": args.suites, "init_states": args.init_states,
-            "rows": rows})
+        write_results(results, {"command": f"{SCRIPT} " + " ".join(argv), "suites": args.suites,
+                                "init_states": args.init_states, "rows": rows})
         print(markdown(rows), end="", flush=True)
     write_asset(rows, pathlib.Path(args.asset))
+    if results.resolve() == RESULTS and README.is_file():
+        render_block(README, "results", markdown(rows))
     return 0
 
 

@@ -1,9 +1,9 @@
 """Success of the scripted LIBERO experts over every initial state of chosen suites / tasks.
 
-    python scripts/measure_libero_experts.py                       # Object + Spatial, all 50 init states
-    python scripts/measure_libero_experts.py --quick               # 2 tasks x 2 init states per suite
-    python scripts/measure_libero_experts.py --suites libero_object --tasks 0 3 --workers 2
-    python scripts/measure_libero_experts.py --suites libero_goal --init-states 0-9   # Goal's tasks with an expert
+    python experiments/scripted_experts/measure_libero_experts.py            # Object + Spatial, all 50 init states
+    python experiments/scripted_experts/measure_libero_experts.py --quick    # 2 tasks x 2 init states per suite
+    python experiments/scripted_experts/measure_libero_experts.py --suites libero_object --tasks 0 3 --workers 2
+    python experiments/scripted_experts/measure_libero_experts.py --suites libero_goal --init-states 0-9   # with an expert
 
 Each episode restores one of the task's fixed initial states, runs the expert (physics only: the
 cameras are never rendered after the reset) until success or the suite's episode limit, and
@@ -119,9 +119,11 @@ def plan(args) -> list[tuple[str, int, list[int]]]:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = parser_with_examples(None, __doc__.split("\n\n")[0], [
-        "python scripts/measure_libero_experts.py --quick",
-        "python scripts/measure_libero_experts.py --suites libero_object --tasks 0 3 --init-states 0-9 --workers 2",
-        "python scripts/measure_libero_experts.py --workers 2 --batch 5 --out runs/libero_experts_full",
+        "python experiments/scripted_experts/measure_libero_experts.py --quick",
+        "python experiments/scripted_experts/measure_libero_experts.py --suites libero_object --tasks 0 3 "
+        "--init-states 0-9 --workers 2",
+        "python experiments/scripted_experts/measure_libero_experts.py --workers 2 --batch 5 "
+        "--out runs/libero_experts_full",
     ])
     parser.add_argument("--suites", nargs="+", default=["libero_object", "libero_spatial"])
     add_tasks(parser, "task ids within each suite (default: every task with an expert)")
@@ -145,7 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     def write() -> dict:
         markdown, data = table([r for r in rows if (r["suite"], r["task_id"], r["init_state_id"]) in planned])
-        data["command"] = "python scripts/measure_libero_experts.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        data["command"] = "python experiments/scripted_experts/measure_libero_experts.py " + " ".join(
+            argv if argv is not None else sys.argv[1:])
         (out / "table.md").write_text(markdown)
         (out / "table.json").write_text(json.dumps(data, indent=1) + "\n")
         return data

@@ -2,7 +2,7 @@
 
 LIBERO's success rates move with the MuJoCo version (docs/evaluation.md, "Which MuJoCo"). The versions on which
 ``vla-gym canary`` replayed every fingerprint without a drift, a flipped success or changed frames are listed in
-``vla_gym.assets/canary/passed_mujoco.json``, written by ``scripts/measure_mujoco_versions.py``:
+``vla_gym.assets/canary/passed_mujoco.json``, written by ``experiments/mujoco_versions/measure.py``:
 
     >>> "3.3.0" in passed_versions()
     True
