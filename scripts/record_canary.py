@@ -1,4 +1,4 @@
-"""Record the physics canary's fingerprints (vla_gym/canary.py) under the simulators installed here.
+"""Record the physics canary's fingerprints (vla_gym/canary/) under the simulators installed here.
 
     python scripts/record_canary.py                            # every suite -> assets/canary/fingerprints.{json,npz}
     python scripts/record_canary.py --suite object maniskill --out runs/canary/fingerprints.json

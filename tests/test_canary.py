@@ -1,4 +1,4 @@
-"""The physics canary (``vla-gym canary``, vla_gym/canary.py): the shipped fingerprints, the drift and status
+"""The physics canary (``vla-gym canary``, vla_gym/canary/): the shipped fingerprints, the drift and status
 rules, the command line's exit codes, and the real replays through the CLI.
 
     python3 -m pytest -n 0 -q tests/test_canary.py              # the quick and default tests
