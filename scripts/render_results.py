@@ -1,7 +1,7 @@
 """Render README.md's results table (and docs/benchmarks.md's headline table) from the results JSON.
 
     python scripts/render_results.py            # rewrite both tables from the JSON
-    python scripts/render_results.py --check    # exit 1 when a page differs from its JSON (tests/test_layout.py)
+    python scripts/render_results.py --check    # exit 1 when a page differs from its JSON (tests/test_repository.py)
 
 Every number in those tables comes from a file that a measuring script wrote: the studies' ``results.json``
 (``experiments/<study>/``), ``benchmarks/results/headline.json`` (the benchmark scripts' figures, each with its
@@ -10,11 +10,11 @@ that has the intervals, p-values, commands and method.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import sys
 
+from vla_gym.runtime.cli_args import script_parser
 from vla_gym.trainers.runtime.results import render_block
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -149,7 +149,7 @@ PAGES = {ROOT / "README.md": readme_table, ROOT / "docs" / "benchmarks.md": benc
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = script_parser(__doc__)
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 when a page differs")
     args = parser.parse_args(argv)
     stale = [page for page, render in PAGES.items() if not render_block(page, "results", render(), check=args.check)]

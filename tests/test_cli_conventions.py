@@ -13,6 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 #: every file that parses a command line
 COMMAND_LINES = sorted(
     [*ROOT.glob("scripts/*.py"), *ROOT.glob("benchmarks/bench_*.py"), *ROOT.glob("examples/*.py"),
+     *ROOT.glob("experiments/*/*.py"),
      ROOT / "trainers/eval.py", ROOT / "trainers/runtime/launch.py", ROOT / "vla_gym/cli.py",
      ROOT / "vla_gym/data/record.py"])
 #: flags that name the same things everywhere: a file may not spell them another way
