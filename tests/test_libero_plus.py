@@ -1,8 +1,9 @@
-"""LIBERO-Plus's variants as vla_gym ids: one per suite x perturbation dimension (vla_gym/tasks/libero_plus.py,
-vla_gym/backends/libero/plus.py, docs/libero_plus.md).
+"""LIBERO-Plus's variants as vla_gym ids: one per suite x perturbation dimension (vla_gym/tasks/libero_plus.py and
+its parts libero_plus_catalog, _assets and _sampling; vla_gym/backends/libero/plus.py, docs/libero_plus.md).
 
-The catalog checks (the 10,030 variants, the dimension rule, the ids, assets missing and the errors, the list
-output) build no scene and take seconds (``-m quick``). The sensor-noise corruptions are checked against
+The catalog checks (the 10,030 variants, the dimension rule, the ids, which mean the same variant whatever assets
+are here, assets missing and the errors, the draws that skip them, the list output) build no scene and take
+seconds (``-m quick``). The sensor-noise corruptions are checked against
 LIBERO-Plus's own functions on an image. One variant of each dimension buildable with LIBERO's own assets is
 built and stepped, each checked for what its dimension changes, and ``trainers/eval.py --ood --libero-plus 1``
 runs end to end on a tiny untrained checkpoint (three steps per episode):
@@ -24,7 +25,7 @@ import pytest
 
 import vla_gym
 from vla_gym.cli import list_envs, list_plus
-from vla_gym.tasks import libero_plus, libero_pro
+from vla_gym.tasks import libero_plus, libero_plus_assets, libero_plus_catalog, libero_pro
 from vla_gym.tasks.libero import suite_tasks
 from vla_gym.tasks.libero_suites import base_suite_tasks
 
@@ -36,12 +37,12 @@ SHORT_IMAGE_SIZE = 64  # tests/short_runs.py's
 # ------------------------------------------------------------------------------ catalog, no simulator
 @pytest.mark.quick
 def test_the_catalog_holds_every_variant_in_its_dimension():
-    assert {suite: len(libero_plus._variants(suite)) for suite in libero_plus.SUITES} == VARIANTS
-    assert libero_plus._table()["classification"].startswith("LIBERO-Plus's task_classification.json: 10030 of 10030")
+    assert {suite: len(libero_plus_catalog.variants(suite)) for suite in libero_plus.SUITES} == VARIANTS
+    assert libero_plus_catalog.table()["classification"].startswith("LIBERO-Plus's task_classification.json: 10030 of 10030")
     dimensions = collections.Counter()
     for suite in libero_plus.SUITES:
         base = base_suite_tasks(suite)
-        for variant in libero_plus._variants(suite):
+        for variant in libero_plus_catalog.variants(suite):
             name = variant["name"]
             assert libero_plus.dimension_of(name) == variant["dimension"], name
             assert libero_plus.split_name(name) == (base[variant["base"]].name, variant["suffix"])
@@ -76,7 +77,9 @@ def test_each_suite_x_dimension_is_an_id_and_the_argument_names_it():
         assert spec.kwargs == {"suite": d.base_suite, "perturbation": d.perturbation}
         entry = vla_gym.ENTRIES[d.env_id]
         assert entry.backend == "liberoplus" and entry.extra == "liberoplus"
-        assert entry.num_tasks == d.num_available == len(suite_tasks(d.name))
+        tasks = suite_tasks(d.name)  # the catalog's variants; num_tasks: those buildable here
+        assert len(tasks) == d.num_variants == d.num_available + d.num_missing
+        assert entry.num_tasks == d.num_available == sum(not t.extra["missing_assets"] for t in tasks)
     assert libero_plus.env_id_for("libero_object", "plus_camera") == "VLA/LiberoObject-PlusCamera-v0"
     assert libero_plus.benchmark_name("VLA/LiberoObject-v0", "plus_camera") == "libero_object_plus_camera"
     groups = libero_plus.dimensions_by_category("libero_goal")
@@ -96,7 +99,7 @@ def test_tasks_carry_their_own_instruction_and_initial_states(monkeypatch):
                 assert task.instruction != base_text, task.name
             else:
                 assert task.instruction == base_text, task.name
-            assert task.max_episode_steps == 520 and not task.extra["missing_assets"]
+            assert task.max_episode_steps == 520
     camera = suite_tasks("libero_10_plus_camera")
     indices = [t.extra["plus_index"] for t in camera]
     assert indices == sorted(indices) and [t.index for t in camera] == list(range(len(camera)))
@@ -118,11 +121,12 @@ def test_variants_needing_liberoplus_assets_are_listed_and_making_them_names_the
     scene.parent.mkdir(parents=True)
     scene.write_text("<mujoco/>")
     monkeypatch.setenv(libero_plus.ASSETS_ENV, str(tmp_path))
-    libero_plus._exists.cache_clear()
+    libero_plus_assets.forget_seen_files()
     tasks = suite_tasks("libero_spatial_plus_light")
-    assert len(tasks) >= 1 and all(not t.extra["missing_assets"] for t in tasks)
+    here = [t.index for t in tasks if not t.extra["missing_assets"]]
+    assert len(tasks) == 292 and here and libero_plus.task_pool(tasks) == tuple(here)
     assert libero_plus.asset_folder() == tmp_path / "assets"
-    libero_plus._exists.cache_clear()
+    libero_plus_assets.forget_seen_files()
 
 
 @pytest.mark.quick
@@ -166,6 +170,68 @@ def test_a_sample_is_seeded_and_spread_over_the_base_tasks():
     tasks = suite_tasks("libero_object_plus_noise")
     assert sorted({tasks[i].extra["base_task_index"] for i in first}) == list(range(10))  # one per base task
     assert len(libero_plus.sample("libero_object", "plus_noise", 10_000)) == len(tasks)
+
+
+# --------------------------------------------------- ids over the whole catalog, whatever assets are here
+def fewer_assets(monkeypatch, every: int = 3):
+    """This machine as one with fewer assets: every ``every``-th variant of each suite (by LIBERO-Plus's index)
+    misses a file, through the one availability check (libero_plus_assets.missing_assets)."""
+    real = libero_plus_assets.missing_assets
+
+    def missing(variant, folder=libero_plus_assets._HERE):
+        return ["scenes/not_here.xml"] if variant["plus_index"] % every == 0 else real(variant, folder)
+
+    monkeypatch.setattr(libero_plus_assets, "missing_assets", missing)
+
+
+@pytest.mark.quick
+def test_an_id_names_the_same_variant_whatever_assets_are_here(monkeypatch):
+    everything = suite_tasks("libero_object_plus_camera")  # LIBERO's own assets build all of them
+    assert all(not t.extra["missing_assets"] for t in everything)
+    fewer_assets(monkeypatch)
+    fewer = suite_tasks("libero_object_plus_camera")
+    assert [(t.index, t.name, t.extra["plus_index"]) for t in fewer] == \
+        [(t.index, t.name, t.extra["plus_index"]) for t in everything]
+    assert [t.index for t in fewer if t.extra["missing_assets"]] == \
+        [t.index for t in everything if t.extra["plus_index"] % 3 == 0]
+    camera = next(d for d in libero_plus.dimensions("libero_object") if d.perturbation == "plus_camera")
+    assert camera.num_variants == len(everything) and camera.num_missing == sum(
+        t.extra["plus_index"] % 3 == 0 for t in everything) and "scenes/not_here.xml" in camera.missing
+
+
+@pytest.mark.quick
+def test_a_missing_variant_asked_for_by_id_is_refused_naming_it_and_the_download(monkeypatch):
+    fewer_assets(monkeypatch)
+    tasks = suite_tasks("libero_object_plus_camera")
+    gone = next(t for t in tasks if t.extra["missing_assets"])
+    there = next(t for t in tasks if not t.extra["missing_assets"])
+    match = (rf"task_id {gone.index} of libero_object_plus_camera is the variant '{gone.name}', which cannot be "
+             r"built here: it needs LIBERO-Plus assets .*scenes/not_here\.xml.*Get them: assets\.zip of the Hugging "
+             r"Face dataset Sylvest/LIBERO-plus.*VLA_GYM_LIBERO_PLUS_ASSETS=<that folder>")
+    with pytest.raises(libero_plus.LiberoPlusAssetsError, match=match):
+        libero_plus.task_pool(tasks, task_id=gone.index)
+    with pytest.raises(libero_plus.LiberoPlusAssetsError, match=match):
+        libero_plus.require_available(gone)
+    libero_plus.require_available(there)
+    assert gone.index in libero_plus.pool("libero_object", "plus_camera").skipped
+
+
+@pytest.mark.quick
+def test_draws_skip_the_missing_variants_and_count_them(monkeypatch):
+    assert libero_plus.task_pool(suite_tasks("libero_object_plus_camera")) is None  # all here: the plain draw
+    full = libero_plus.sample("libero_object", "plus_camera", 20, seed=5)
+    fewer_assets(monkeypatch)
+    tasks = suite_tasks("libero_object_plus_camera")
+    pool = libero_plus.pool("libero_object", "plus_camera")
+    assert pool.ids == libero_plus.task_pool(tasks) == tuple(t.index for t in tasks if not t.extra["missing_assets"])
+    assert len(pool.skipped) == len(tasks) - len(pool.ids) > 0
+    drawn = libero_plus.sample("libero_object", "plus_camera", 20, seed=5)
+    assert drawn == libero_plus.sample("libero_object", "plus_camera", 20, seed=5)  # seeded
+    assert len(drawn) == 20 and not set(drawn) & set(pool.skipped)
+    assert sorted({tasks[i].extra["base_task_index"] for i in drawn}) == list(range(10))  # still spread
+    # a base task's queue does not depend on what is here: the full machine's picks that are here are drawn here
+    assert {i for i in full if i not in pool.skipped} <= set(drawn)
+    assert sorted(libero_plus.sample("libero_object", "plus_camera", 10_000)) == list(pool.ids)
 
 
 @pytest.mark.quick
@@ -263,6 +329,41 @@ def test_the_argument_and_the_id_make_the_same_env_without_building_a_scene():
     by_id = gym.make("VLA/LiberoGoal-PlusRobot-v0", cameras=("main",), image_size=32)
     assert by_argument.unwrapped.tasks == by_id.unwrapped.tasks == list(suite_tasks("libero_goal_plus_robot"))
     by_argument.close(), by_id.close()
+
+
+def test_an_env_refuses_a_missing_variant_by_id_and_its_resets_draw_the_others(monkeypatch):
+    """The env's tasks are the catalog's whatever is here; a missing variant pinned by ``task_id`` is refused (at
+    ``gym.make``, or where the env does not check it there, before its scene is built); unpinned resets draw only
+    the others, seeded (the backend stubbed: no scene is built)."""
+    pytest.importorskip("liberoplus")
+    from vla_gym.backends.libero import plus
+
+    fewer_assets(monkeypatch)
+    tasks = suite_tasks("libero_goal_plus_robot")
+    gone = next(t for t in tasks if t.extra["missing_assets"])
+    refused = rf"task_id {gone.index} of libero_goal_plus_robot is the variant '{gone.name}'.*Sylvest/LIBERO-plus"
+    with pytest.raises(libero_plus.LiberoPlusAssetsError, match=refused):
+        plus.bddl_path(gone)  # what the backend's load asks first, for reset(options={"task_id": ...}) too
+    with pytest.raises(libero_plus.LiberoPlusAssetsError, match=refused):
+        env = gym.make("VLA/LiberoGoal-PlusRobot-v0", task_id=gone.index, cameras=("main",), image_size=32)
+        env.unwrapped.reset(seed=0)  # reached only where gym.make does not refuse it
+    env = gym.make("VLA/LiberoGoal-PlusRobot-v0", cameras=("main",), image_size=32)
+    try:
+        assert env.unwrapped.tasks == list(tasks)
+        if not hasattr(env.unwrapped, "task_pool"):
+            pytest.skip("this VLAEnv draws over all its tasks (no task_pool): unpinned resets do not skip yet")
+        pool = libero_plus.pool("libero_goal", "plus_robot")
+        assert env.unwrapped.task_pool == list(pool.ids) and env.unwrapped.skipped_tasks == len(pool.skipped)
+        backend = env.unwrapped.backend
+        monkeypatch.setattr(backend, "load", lambda task: None)
+        monkeypatch.setattr(backend, "reset", lambda init_state_id, seed=None: None)
+        monkeypatch.setattr(backend, "render", lambda: {"main": np.zeros((32, 32, 3), np.uint8)})
+        monkeypatch.setattr(backend, "state", lambda: np.zeros(8, np.float32))
+        drawn = [env.unwrapped.reset(seed=seed)[1]["task_id"] for seed in range(200)]
+        assert not set(drawn) & set(pool.skipped) and len(set(drawn)) > 100
+        assert drawn[:20] == [env.unwrapped.reset(seed=seed)[1]["task_id"] for seed in range(20)]  # seeded
+    finally:
+        env.close()
 
 
 # ---------------------------------------------------------------------------- scenes built and stepped
@@ -363,7 +464,7 @@ def test_noise_variant_corrupts_the_main_camera_only_and_per_episode_seed():
 
 def test_layout_variant_has_its_own_single_initial_state():
     pytest.importorskip("liberoplus")
-    env, _ = build("VLA/LiberoGoal-PlusLayout-v0", seed=5)
+    env, _ = build("VLA/LiberoGoal-PlusLayout-v0", task_id=libero_plus.pool("libero_goal", "plus_layout").ids[0], seed=5)
     try:
         task = env.unwrapped.task
         assert task.num_init_states == 1 and task.extra["init_file"].startswith("libero_newobj/")
@@ -376,7 +477,7 @@ def test_layout_variant_has_its_own_single_initial_state():
 def test_background_variant_builds_where_libero_has_its_textures():
     """libero_object's floor textures that LIBERO ships: the one background dimension partly offline."""
     pytest.importorskip("liberoplus")
-    env, _ = build("VLA/LiberoObject-PlusBackground-v0")
+    env, _ = build("VLA/LiberoObject-PlusBackground-v0", task_id=libero_plus.pool("libero_object", "plus_background").ids[0])
     try:
         assert libero_plus.split_name(env.unwrapped.task.name)[1].startswith(("_table_", "_tb_"))
         step(env)
@@ -394,10 +495,11 @@ import vla_gym
 from vla_gym.tasks import libero_plus
 plus = gym.make("VLA/LiberoSpatial-PlusLight-v0", image_size=64)
 base = gym.make("VLA/LiberoSpatial-v0", image_size=64)
-tasks = [t.name for t in plus.unwrapped.tasks]
-lit, _ = plus.reset(seed=0, options={"task_id": 0, "init_state_id": 0})
+tasks = [t.name for t in plus.unwrapped.tasks if not t.extra["missing_assets"]]
+lit, _ = plus.reset(seed=0, options={"task_id": plus.unwrapped.tasks.index(next(
+    t for t in plus.unwrapped.tasks if t.name == tasks[0])), "init_state_id": 0})
 own, _ = base.reset(seed=0, options={"task_id": 0, "init_state_id": 0})
-print(json.dumps({"tasks": tasks, "folder": str(libero_plus.asset_folder()),
+print(json.dumps({"tasks": tasks, "of": len(plus.unwrapped.tasks), "folder": str(libero_plus.asset_folder()),
                   "lit": float(lit["images"]["main"].mean()), "own": float(own["images"]["main"].mean())}))
 """
 
@@ -406,7 +508,7 @@ def test_a_variant_builds_from_liberoplus_own_asset_download(tmp_path):
     """The path a user takes after downloading LIBERO-Plus's assets.zip: its unzipped ``assets/`` (here LIBERO's own
     files linked in, plus one light scene written like LIBERO-Plus's: the tabletop scene with dimmer lights, one
     folder deeper) named by $VLA_GYM_LIBERO_PLUS_ASSETS. The light variant that needs that scene becomes the id's
-    one task and renders with its lights; LIBERO's base task is unchanged."""
+    one buildable task (of the catalog's 292) and renders with its lights; LIBERO's base task is unchanged."""
     pytest.importorskip("liberoplus")
     import subprocess
     import sys
@@ -430,6 +532,7 @@ def test_a_variant_builds_from_liberoplus_own_asset_download(tmp_path):
     seen = json.loads(child.stdout.strip().splitlines()[-1])
     assert seen["folder"] == str(assets)
     assert seen["tasks"] == ["pick_up_the_black_bowl_between_the_plate_and_the_ramekin_and_place_it_on_the_plate_light_1"]
+    assert seen["of"] == 292
     assert seen["lit"] < seen["own"] - 10, seen  # dimmer lights, rendered
 
 

@@ -20,7 +20,7 @@ tasks and initial states, so their rows are not the same episodes: they get a ta
 their own, apart from the seeded perturbations'.
 
 ``--libero-plus [K]`` (LIBERO suites) adds a row per LIBERO-Plus dimension of the checkpoint's suite (camera,
-robot, language, light, background, noise, layout: :mod:`vla_gym.tasks.libero_plus`). A dimension has 139-449
+robot, language, light, background, noise, layout: :mod:`vla_gym.tasks.libero_plus`). A dimension has 62-449
 variants buildable offline per suite, too many for a CPU, so a row plays a seeded sample of K of them
 (:func:`vla_gym.tasks.libero_plus.sample`: spread over the base tasks; default :data:`LIBERO_PLUS_SAMPLE`), one
 episode each from initial state 0, LIBERO-Plus's protocol (one trial per variant). Dimensions with no variant

