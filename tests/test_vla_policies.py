@@ -166,7 +166,8 @@ def test_vla_configs_validate(path):
 def test_vla_configs_cover_every_family_and_benchmark():
     names = [p.stem for p in VLA_CONFIGS]
     for family in ("vla_tokens", "vla_oft", "pi0", "small"):
-        # RL with both algorithms, and behaviour cloning (SFT) before it
-        assert {n.rsplit("_", 1)[1] for n in names if f"_{family}_" in n} == {"ppo", "grpo", "sft"}, family
+        # RL with both algorithms, and behaviour cloning (SFT) before it; residual RL on the small policy's SFT
+        expected = {"ppo", "grpo", "sft", "residual"} if family == "small" else {"ppo", "grpo", "sft"}
+        assert {n.rsplit("_", 1)[1] for n in names if f"_{family}_" in n} == expected, family
     for bench in ("libero", "maniskill", "behavior"):
         assert any(n.startswith(bench) for n in names)
