@@ -83,7 +83,7 @@ setup(
     packages=PACKAGES,
     package_dir=PACKAGE_DIR,
     package_data={"vla_gym.assets": ["*.yaml", "*.json", "canary/*.json", "canary/*.npz"]},
-    install_requires=["gymnasium>=1.0", "numpy>=1.24", "pyyaml>=6", "pillow>=10.1"],
+    install_requires=["gymnasium>=1.1,<1.5", "numpy>=1.24", "pyyaml>=6", "pillow>=10.1"],
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["vla-gym=vla_gym.cli:main"]},
 )

@@ -31,8 +31,9 @@ CLOSE = {"atol": 1e-5, "rtol": 1e-5}
 SAME_OBS = {"atol": 1e-6, "rtol": 0}
 
 
-def cartpoles(n: int = 4) -> VLAAsyncVectorEnv:
-    return VLAAsyncVectorEnv([functools.partial(gym.make, "CartPole-v1")] * n, autoreset_mode=AutoresetMode.SAME_STEP)
+def cartpoles(n: int = 4, **kwargs) -> VLAAsyncVectorEnv:
+    return VLAAsyncVectorEnv([functools.partial(gym.make, "CartPole-v1")] * n, autoreset_mode=AutoresetMode.SAME_STEP,
+                             **kwargs)
 
 
 class PublicOnly:
@@ -165,9 +166,11 @@ def test_trainer_key_gives_the_same_update():
             torch.testing.assert_close(params[0][key], params[1][key], atol=1e-5, rtol=1e-4)
 
 
-def test_the_stepper_needs_only_the_public_row_methods():
-    """Two stages through step_rows_async / step_rows_wait alone give the vector env's own steps, infos included."""
-    envs, twin = PublicOnly(cartpoles()), cartpoles()
+@pytest.mark.parametrize("shared_memory", [True, False])
+def test_the_stepper_needs_only_the_public_row_methods(shared_memory):
+    """Two stages through step_rows_async / step_rows_wait alone give the vector env's own steps, infos included
+    (observations through shared memory or through the pipes)."""
+    envs, twin = PublicOnly(cartpoles(shared_memory=shared_memory)), cartpoles()
     try:
         stepper = StagedStepper(envs, 2)
         assert stepper.can_pipeline

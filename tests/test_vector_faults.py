@@ -6,10 +6,13 @@ Real worker processes (forked: the toy env of tests/fault_envs.py starts no simu
 :class:`~vla_gym.vector.envs.VLAAsyncVectorEnv`, the class ``vla_gym.make_vec`` builds.
 """
 import functools
+import multiprocessing
 import os
 import signal
+import sys
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -194,6 +197,56 @@ def test_failure_options_are_checked():
                                             "max_worker_restarts": 3}
     with pytest.raises(ConfigError, match="env.step_timeout"):
         EnvConfig(step_timeout=-1.0)
+
+
+def broken_env():
+    raise ValueError("no simulator here")
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("mode", ["raise", "respawn"])
+def test_an_env_that_cannot_be_made_in_its_worker_stops_the_start_naming_it(mode):
+    with pytest.raises(WorkerCrashedError, match=r"sub-env 1 \(env 'faulty'\) could not be made: ValueError: no "
+                                                 r"simulator here.*the vector env is closed") as caught:
+        faulty_envs(FaultyEnv, broken_env, on_worker_failure=mode)
+    if sys.version_info >= (3, 11):  # the worker's traceback rides along as a note of the env's exception
+        assert "Traceback in the worker process" in caught.value.__cause__.__notes__[0]
+    assert not any(process.name.startswith("Worker<VLAAsyncVectorEnv>") for process in multiprocessing.active_children())
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("mode", ["raise", "respawn"])
+def test_a_missing_attribute_raises_here_and_the_workers_go_on(mode):
+    envs = faulty_envs(on_worker_failure=mode)
+    try:
+        envs.reset(seed=0)
+        pids = [process.pid for process in envs.processes]
+        with pytest.raises(AttributeError, match="no_such_attribute"):
+            envs.get_attr("no_such_attribute")
+        assert envs.get_attr("length") == (50, 50) and envs.step(ZEROS)[0].tolist() == [[1, 0], [1, 1]]
+        envs.set_attr("length", [2, 3])
+        assert envs.step(ZEROS)[3].tolist() == [True, False] and envs.worker_restarts == 0
+        assert [process.pid for process in envs.processes] == pids
+    finally:
+        envs.close()
+
+
+@pytest.mark.quick
+def test_a_wait_with_a_timeout_raises_and_the_call_stays_pending():
+    envs = faulty_envs(functools.partial(FaultyEnv, fault="hang", at=1, hang_s=1.0), FaultyEnv, step_timeout=None,
+                       on_worker_failure="raise")
+    try:
+        envs.reset(seed=0)
+        envs.step_async(ZEROS)
+        with pytest.raises(multiprocessing.TimeoutError):
+            envs.step_wait(timeout=0.05)
+        with pytest.raises(gym.error.AlreadyPendingCallError):
+            envs.reset()
+        assert envs.step_wait()[0].tolist() == [[1, 0], [1, 1]]  # the hung step ends after 1 s
+    finally:
+        envs.close()
+    with pytest.raises(gym.error.ClosedEnvironmentError):
+        envs.step(ZEROS)
 
 
 # ------------------------------------------------------------------------------------------- evaluation

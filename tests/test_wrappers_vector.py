@@ -1,19 +1,26 @@
 """make_vec on real simulators: seeds, SAME_STEP auto-reset, episode metrics, wrappers inside
 sub-envs (cameras, video), and a killed worker process (clear error, no hang).
 
-ManiSkill state (fast physics) drives the async tests; LIBERO (fast rendering on CPU) the image ones.
+ManiSkill state (fast physics) drives the async tests; LIBERO (fast rendering on CPU) the image ones. The last
+block checks vla_gym's own vector envs against gymnasium's SyncVectorEnv on CartPole, the gymnasium pin in setup.py
+and that vla_gym/vector uses gymnasium's public API only.
 """
+import ast
 import functools
 import os
+import pathlib
+import re
 import signal
 
+import gymnasium as gym
 import imageio.v2 as imageio
 import numpy as np
 import pytest
+from gymnasium.vector import AutoresetMode
 
 import vla_gym
 from vla_gym.core.registry import UnknownEnvError
-from vla_gym.vector.envs import WorkerCrashedError
+from vla_gym.vector.envs import VLAAsyncVectorEnv, VLASyncVectorEnv, WorkerCrashedError
 from vla_gym.wrappers import EpisodeMetrics, MultiCamera, RecordEpisodeVideo, finished_episodes
 
 #: state-only ManiSkill envs
@@ -118,5 +125,108 @@ def test_async_libero_resets_each_sub_env_into_its_own_episode_in_one_call():
         np.testing.assert_allclose(obs["state"], states, atol=1e-6)  # same (task, init state): same start
         *_, truncated, infos = envs.step(np.zeros((2, 7)))  # 1-step episodes: both autoreset
         assert truncated.all() and infos["task_id"][0] == 3  # keep_task: sub-env 0 stays on its task
+    finally:
+        envs.close()
+
+
+# --------------------------------------------------------------------- vla_gym's own vector envs, no simulator
+def cartpoles(n: int = 3) -> list:
+    return [functools.partial(gym.make, "CartPole-v1")] * n
+
+
+@pytest.mark.quick
+def test_installed_gymnasium_is_inside_the_setup_pin():
+    """setup.py pins gymnasium to the range CI tests; the vector envs run on the installed release (the newest)."""
+    from packaging.requirements import Requirement
+
+    setup_py = (pathlib.Path(__file__).resolve().parents[1] / "setup.py").read_text()
+    [spec] = re.findall(r'"(gymnasium[<>=!~][^"]*)"', setup_py)
+    requirement = Requirement(spec)
+    assert requirement.specifier.contains(gym.__version__), (spec, gym.__version__)
+    assert not requirement.specifier.contains("1.0.0") and not requirement.specifier.contains("2.0.0")
+
+
+@pytest.mark.quick
+def test_the_vector_modules_use_gymnasium_public_api_only():
+    """No gymnasium internals (AsyncState, pipes, _add_info, ...): imports only from gymnasium's public modules, of
+    public names, and no private attribute of gymnasium's classes or of multiprocessing's Process."""
+    folder = pathlib.Path(vla_gym.__file__).parent / "vector"
+    public = {"gymnasium", "gymnasium.spaces", "gymnasium.error", "gymnasium.vector", "gymnasium.vector.utils"}
+    for path in sorted(folder.glob("*.py")):
+        source = path.read_text()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gymnasium"):
+                assert node.module in public, (path.name, node.module)
+                assert not any(alias.name.startswith("_") for alias in node.names), (path.name, node.module)
+        for private in ("parent_pipes", "_raise_if_errors", "AsyncState", "_add_info", "_assert_is_running",
+                        "_check_spaces", "reset-noop", "_target", "_args", "error_queue", "_poll_pipe_envs"):
+            assert private not in source, (path.name, private)
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP])
+@pytest.mark.parametrize("kind", ["sync", "async", "async-pipes"])
+def test_vla_gym_vector_envs_step_as_gymnasiums_own(kind, mode):
+    """Same observations, rewards, ends, autoresets (final_obs / final_info) and info layout as gymnasium's
+    SyncVectorEnv, in both autoreset modes, with and without shared memory; a VectorEnv with the metadata."""
+    if kind == "sync":
+        envs = VLASyncVectorEnv(cartpoles(), autoreset_mode=mode)
+    else:
+        envs = VLAAsyncVectorEnv(cartpoles(), autoreset_mode=mode, context="fork", shared_memory=kind == "async")
+    reference = gym.vector.SyncVectorEnv(cartpoles(), autoreset_mode=mode)
+    try:
+        assert isinstance(envs, gym.vector.VectorEnv) and envs.metadata["autoreset_mode"] == mode
+        assert envs.observation_space == reference.observation_space and envs.action_space == reference.action_space
+        assert envs.single_observation_space == reference.single_observation_space and envs.num_envs == 3
+        np.testing.assert_array_equal(envs.reset(seed=3)[0], reference.reset(seed=3)[0])
+        rng, ends = np.random.default_rng(0), 0
+        for _ in range(80):
+            actions = rng.integers(0, 2, 3)
+            got, expected = envs.step(actions), reference.step(actions)
+            for one, two in zip(got[:4], expected[:4]):
+                np.testing.assert_array_equal(one, two)
+            assert got[4].keys() == expected[4].keys()
+            for i in np.flatnonzero(expected[4].get("_final_obs", ())):
+                np.testing.assert_array_equal(got[4]["final_obs"][i], expected[4]["final_obs"][i])
+                assert got[4]["final_info"].keys() == expected[4]["final_info"].keys()
+            ends += int((expected[2] | expected[3]).sum())
+        assert ends
+        # a masked reset: only sub-env 1, the others go on (a pending NEXT_STEP autoreset of sub-env 1 is dropped)
+        mask = np.array([False, True, False])
+        np.testing.assert_array_equal(envs.reset(seed=[None, 9, None], options={"reset_mask": mask})[0],
+                                      reference.reset(seed=[None, 9, None], options={"reset_mask": mask.copy()})[0])
+        assert envs.get_attr("spec")[0].id == "CartPole-v1" and envs.call("get_wrapper_attr", "length") == (0.5,) * 3
+    finally:
+        envs.close()
+        reference.close()
+    assert envs.closed
+
+
+class _Talker(gym.Env):
+    """A plain ``spaces.Text`` observation that changes every step (not vla_gym's InstructionText)."""
+
+    observation_space = gym.spaces.Dict({"instruction": gym.spaces.Text(16, charset="aeprst 0123456789"),
+                                         "t": gym.spaces.Box(0, 99, (1,))})
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return {"instruction": "start", "t": np.zeros(1, np.float32)}, {}
+
+    def step(self, action):
+        self.t += 1
+        return {"instruction": f"step {self.t}", "t": np.full(1, self.t, np.float32)}, 0.0, False, False, {}
+
+
+@pytest.mark.quick
+def test_text_observations_come_back_fresh_through_shared_memory():
+    envs = VLAAsyncVectorEnv([_Talker] * 2, context="fork")
+    try:
+        assert envs.shared_memory and envs.reset(seed=0)[0]["instruction"] == ("start", "start")
+        envs.step([0, 1])
+        obs = envs.step([0, 1])[0]
+        assert obs["instruction"] == ("step 2", "step 2") and obs["t"].tolist() == [[2.0], [2.0]]
+        envs.step_rows_async([1], np.array([0]))
+        assert envs.step_rows_wait([1])[0]["instruction"] == ("step 3",)
     finally:
         envs.close()

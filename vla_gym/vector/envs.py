@@ -6,11 +6,12 @@
     >>> obs, infos = envs.reset(seed=0)          # sub-env i is seeded with 0 + i          # doctest: +SKIP
     >>> obs, rewards, terminated, truncated, infos = envs.step(envs.action_space.sample())  # doctest: +SKIP
 
-CPU simulators run one env per sub-env. ``vectorization="async"`` (default; gymnasium's
-``AsyncVectorEnv``) puts each in its own worker process, started with ``spawn`` (so a script that calls
-it needs the usual ``if __name__ == "__main__":`` guard); observations come back through the pipes.
-``"sync"`` (:class:`VLASyncVectorEnv`, a ``SyncVectorEnv``) runs them one after another in this process: for
-debugging and cheap envs.
+CPU simulators run one env per sub-env. ``vectorization="async"`` (default;
+:class:`~vla_gym.vector.async_env.VLAAsyncVectorEnv`) puts each in its own worker process, started with ``spawn``
+(so a script that calls it needs the usual ``if __name__ == "__main__":`` guard); observations come back through
+shared memory. ``"sync"`` (:class:`~vla_gym.vector.sync_env.VLASyncVectorEnv`) runs them one after another in this
+process: for debugging and cheap envs. Both are :class:`gymnasium.vector.VectorEnv` subclasses built on gymnasium's
+public API only; vla_gym owns the worker protocol (:mod:`vla_gym.vector.worker`).
 ``device="cuda"`` hands over to the GPU-batched ManiSkill backend
 (:func:`vla_gym.backends.maniskill.gpu.make_gpu_vector_env`), which simulates all sub-envs in one
 process.
@@ -53,29 +54,33 @@ and goes on; more than ``max_worker_restarts`` failures of one sub-env in a row 
 (:mod:`vla_gym.vector.respawn`, docs/reliability.md)::
 
     envs = vla_gym.make_vec("VLA/LiberoSpatial-v0", 4, step_timeout=120, on_worker_failure="respawn")
+
+Modules, one job each: this one (``make_vec``, wrappers inside sub-envs), :mod:`~vla_gym.vector.async_env` (worker
+processes, the parent's side of the protocol, row-wise stepping), :mod:`~vla_gym.vector.worker` (the worker's side,
+the autoreset rule), :mod:`~vla_gym.vector.respawn` (timeouts, dead workers, restarts),
+:mod:`~vla_gym.vector.sync_env` (in-process sub-envs), :mod:`~vla_gym.vector.batching` (info dicts, rows, seeds) and
+:mod:`~vla_gym.vector.wrapper_spec` (wrapper specs). This module re-exports the names callers import from it.
 """
 from __future__ import annotations
 
-import copy
 import functools
 import inspect
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
-from gymnasium import spaces
-from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
-from gymnasium.vector.async_vector_env import AsyncState
-from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
+from gymnasium.vector import AutoresetMode
 
-from vla_gym.core.env import sub_env_options
 from vla_gym.core.make import make
 from vla_gym.core.registry import check_env_id
-from vla_gym.vector.respawn import RespawnMixin, WorkerCrashedError, check_failure_options, exit_cause
+from vla_gym.vector.async_env import VLAAsyncVectorEnv
+from vla_gym.vector.batching import concat_infos
+from vla_gym.vector.respawn import WorkerCrashedError, check_failure_options
+from vla_gym.vector.sync_env import VLASyncVectorEnv
 from vla_gym.vector.wrapper_spec import parse_wrapper, parse_wrappers
+
+__all__ = ["AUTORESET_MODE", "VECTORIZATIONS", "VLAAsyncVectorEnv", "VLASyncVectorEnv", "WorkerCrashedError",
+           "concat_infos", "make_vec", "resolve_wrapper"]
 
 VECTORIZATIONS = ("async", "sync")
 AUTORESET_MODE = AutoresetMode.SAME_STEP
@@ -103,308 +108,6 @@ def _apply_wrappers(env: gym.Env, wrappers: Iterable[Callable], env_index: int) 
 
 def _make_sub_env(env_id: str, env_kwargs: Mapping[str, Any], wrappers: Sequence[Callable], env_index: int):
     return _apply_wrappers(make(env_id, **env_kwargs), wrappers, env_index)
-
-
-def _describe_exit(exitcode: int | None) -> str:
-    cause = exit_cause(exitcode)
-    return f"killed by {cause}" if cause.startswith("signal") else cause
-
-
-def _guard_worker_crash(method, during: str, needs_idle_rows: bool = False):
-    """Turn a dead worker's broken pipe into a WorkerCrashedError and close the vector env; with
-    ``needs_idle_rows``, refuse while sub-envs started by ``step_rows_async`` still step."""
-
-    @functools.wraps(method)
-    def guarded(self, *args, **kwargs):
-        if needs_idle_rows:
-            self._check_no_rows_stepping(during)
-        try:
-            result = method(self, *args, **kwargs)
-        except (EOFError, BrokenPipeError, ConnectionResetError) as exc:
-            raise self._crash_error(during) from exc
-        if method.__name__ in ("reset_wait", "step_wait"):
-            self._remember_tasks(result[-1])
-        return result
-
-    return guarded
-
-
-class _RowStepping:
-    """Stepping a subset of the sub-envs (bookkeeping of :class:`VLAAsyncVectorEnv`'s ``step_rows_*``)."""
-
-    def _check_rows(self, rows: Iterable[int]) -> list[int]:
-        rows = [int(row) for row in rows]
-        if not rows or len(set(rows)) != len(rows) or not all(0 <= row < self.num_envs for row in rows):
-            raise ValueError(f"rows must be distinct sub-env indices in 0..{self.num_envs - 1}, got {rows}")
-        return rows
-
-    def _row_actions(self, rows: list[int], actions: Any) -> list[Any]:
-        """The actions batch of ``rows`` (first axis: one per row, as ``step`` takes for all sub-envs), per row."""
-        spaces_by_size = self.__dict__.setdefault("_row_action_spaces", {})
-        if len(rows) not in spaces_by_size:
-            spaces_by_size[len(rows)] = batch_space(self.single_action_space, len(rows))
-        per_row = list(iterate(spaces_by_size[len(rows)], actions))
-        if len(per_row) != len(rows):
-            raise ValueError(f"step_rows_async got {len(per_row)} actions for {len(rows)} rows")
-        return per_row
-
-    def _check_no_rows_stepping(self, during: str) -> None:
-        if self._rows_stepping:
-            raise AlreadyPendingCallError(
-                f"sub-envs {sorted(self._rows_stepping)} are still stepping (step_rows_async): call "
-                f"step_rows_wait for them before {during}", "step")
-
-    def _start_rows(self, rows: Iterable[int]) -> list[int]:
-        rows = self._check_rows(rows)
-        busy = sorted(set(rows) & self._rows_stepping)
-        if busy:
-            raise AlreadyPendingCallError(f"sub-envs {busy} are still stepping: step_rows_wait({busy}) first", "step")
-        return rows
-
-    def _finish_rows(self, rows: Iterable[int]) -> list[int]:
-        rows = self._check_rows(rows)
-        idle = sorted(set(rows) - self._rows_stepping)
-        if idle:
-            raise NoAsyncCallError(f"step_rows_wait for sub-envs {idle} without step_rows_async", "step")
-        return rows
-
-    def _rows_result(self, rows: list[int], results: Sequence[tuple]) -> tuple:
-        """(obs, rewards, terminated, truncated, infos) of ``rows`` from each row's ``(obs, r, term, trunc, info)``;
-        ``obs`` of a row is None where it already is in ``observations`` (shared memory)."""
-        if all(result[0] is None for result in results):
-            obs = _take_rows(self.single_observation_space, self.observations, rows)
-        else:
-            obs = concatenate(self.single_observation_space, [result[0] for result in results],
-                              create_empty_array(self.single_observation_space, n=len(rows)))
-        infos: dict[str, Any] = {}
-        for row, result in zip(rows, results):
-            infos = self._add_info(infos, result[4], row)
-        return (obs, np.array([result[1] for result in results], dtype=np.float64),
-                np.array([result[2] for result in results], dtype=np.bool_),
-                np.array([result[3] for result in results], dtype=np.bool_), _info_rows(infos, rows))
-
-
-class VLAAsyncVectorEnv(RespawnMixin, _RowStepping, AsyncVectorEnv):
-    """gymnasium's AsyncVectorEnv that reports a dead worker by sub-env index and task (module docstring), takes
-    per-sub-env reset options and steps any subset of its sub-envs while the others step. ``step_timeout``,
-    ``on_worker_failure`` and ``max_worker_restarts`` (keywords; defaults None, "raise", 3) stop hung steps and
-    restart failed workers (:mod:`vla_gym.vector.respawn`).
-
-    ``step_rows_async(rows, actions)``: start the sub-envs ``rows`` (distinct indices; none of them may still be
-    stepping) on ``actions`` (a batch with one action per row, in ``rows`` order) and return at once; other rows
-    may be started before these are waited for. ``step_rows_wait(rows)``: wait for exactly those sub-envs and
-    return ``(obs, rewards, terminated, truncated, infos)`` of ``rows`` in ``rows`` order, as ``step`` returns them
-    for all sub-envs (autoresets included: SAME_STEP puts ``final_obs`` / ``final_info`` in the infos): ``obs`` a
-    batch of ``len(rows)`` (a copy), ``rewards`` float64, ``terminated`` / ``truncated`` bool, ``infos`` a vector
-    info dict of ``len(rows)`` entries (``_key`` masks). :func:`concat_infos` joins the infos of several row
-    blocks into those of a whole step. While rows step, ``step`` / ``reset`` / ``call`` / ``set_attr`` raise
-    ``AlreadyPendingCallError``; ``close`` waits for them.
-
-        envs.step_rows_async([0, 1], actions[:2]); envs.step_rows_async([2, 3], actions[2:])
-        obs01, rewards01, terminated01, truncated01, infos01 = envs.step_rows_wait([0, 1])   # 2, 3 still step
-
-    ``reset(seed=[...], options={"per_env": [dict or None per sub-env], "reset_mask": mask})``: sub-env ``i``
-    resets with the other keys of ``options`` updated by its own dict (module docstring).
-    """
-
-    #: reset(options={"per_env": [...]}) gives each sub-env its own options
-    accepts_per_env_options = True
-    #: step_rows_async returns while the sub-envs step in their worker processes (pipelined rollouts)
-    steps_rows_in_background = True
-
-    def __init__(self, env_fns, env_id: str = "", step_timeout: float | None = None, on_worker_failure: str = "raise",
-                 max_worker_restarts: int = 3, **kwargs):
-        check_failure_options(step_timeout, on_worker_failure, max_worker_restarts)  # before any process starts
-        self.env_id = env_id
-        #: what each sub-env's infos said of its episode: task_id, task_name, init_state_id (crash reports)
-        self._episodes: list[dict[str, Any]] = [{} for _ in env_fns]
-        self._rows_stepping: set[int] = set()
-        super().__init__(env_fns, **kwargs)
-        self._supervise(step_timeout, on_worker_failure, max_worker_restarts)
-
-    def _remember_tasks(self, infos: Mapping[str, Any], rows: Sequence[int] | None = None) -> None:
-        for key in ("task_id", "task_name", "init_state_id"):
-            values, mask = infos.get(key), infos.get("_" + key)
-            if values is None or mask is None:
-                continue
-            for k, index in enumerate(range(self.num_envs) if rows is None else rows):
-                if mask[k]:
-                    value = values[k]
-                    self._episodes[index][key] = value.item() if isinstance(value, np.generic) else value
-
-    # ------------------------------------------------------------------------------- some sub-envs
-    def step_rows_async(self, rows: Sequence[int], actions: Any) -> None:
-        """Start sub-envs ``rows`` stepping on ``actions`` (one per row); see the class docstring."""
-        self._assert_is_running()
-        if self._state != AsyncState.DEFAULT:
-            raise AlreadyPendingCallError(f"step_rows_async while waiting for {self._state.value}",
-                                          str(self._state.value))
-        rows = self._start_rows(rows)
-        per_row = self._row_actions(rows, actions)
-        try:
-            for row, action in zip(rows, per_row):
-                self.parent_pipes[row].send(("step", action))
-                self._rows_stepping.add(row)
-        except (EOFError, BrokenPipeError, ConnectionResetError) as exc:
-            raise self._crash_error("step()") from exc
-
-    def step_rows_wait(self, rows: Sequence[int]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
-        """Wait for sub-envs ``rows`` (started by :meth:`step_rows_async`) and return their step; see the class
-        docstring."""
-        self._assert_is_running()
-        rows = self._finish_rows(rows)
-        try:
-            replies = [self.parent_pipes[row].recv() for row in rows]
-        except (EOFError, BrokenPipeError, ConnectionResetError) as exc:
-            raise self._crash_error("step()") from exc
-        finally:
-            self._rows_stepping.difference_update(rows)
-        # gymnasium counts the failures among all sub-envs: the others are fine
-        self._raise_if_errors([True] * (self.num_envs - len(rows)) + [success for _, success in replies])
-        result = self._rows_result(rows, [reply for reply, _ in replies])
-        self._remember_tasks(result[-1], rows)
-        return result
-
-    # ----------------------------------------------------------------------------- per-env options
-    def _reset_async(self, seed=None, options=None) -> None:
-        per_env = sub_env_options(options, self.num_envs)
-        if per_env is None:
-            return AsyncVectorEnv.reset_async(self, seed=seed, options=options)
-        self._assert_is_running()
-        if self._state != AsyncState.DEFAULT:
-            raise AlreadyPendingCallError(f"Calling `reset_async` while waiting for a pending call to "
-                                          f"`{self._state.value}` to complete", str(self._state.value))
-        seeds, mask = _seeds_and_mask(seed, options, self.num_envs)
-        for pipe, env_seed, env_reset, env_options in zip(self.parent_pipes, seeds, mask, per_env, strict=True):
-            pipe.send(("reset", {"seed": env_seed, "options": env_options}) if env_reset else ("reset-noop", None))
-        self._state = AsyncState.WAITING_RESET
-
-    def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
-        if self._rows_stepping and not terminate:  # let the workers finish their steps, then close them
-            try:
-                self.step_rows_wait(sorted(self._rows_stepping))
-            except Exception:  # noqa: BLE001 - closing anyway
-                terminate = True
-        self._rows_stepping.clear()
-        super().close_extras(timeout=timeout, terminate=terminate)
-
-    def _crash_error(self, during: str) -> WorkerCrashedError:
-        deadline = time.monotonic() + 5.0  # the pipe broke: the process is exiting, give it a moment
-        dead = []
-        while not dead and time.monotonic() < deadline:
-            dead = [i for i, process in enumerate(self.processes) if not process.is_alive()]
-            if not dead:
-                time.sleep(0.05)
-        details = "; ".join(
-            f"sub-env {i} (env {self.env_id!r}, task {self._episodes[i].get('task_name', 'not reset yet')!r}, "
-            f"worker pid {self.processes[i].pid}, {_describe_exit(self.processes[i].exitcode)})" for i in dead
-        ) or "a worker process (could not tell which)"
-        self._shut_down()  # nothing is pending any more: close() must not wait
-        return WorkerCrashedError(
-            f"the worker process of {details} died during {during}; the vector env is closed. "
-            "Common causes: the simulator crashed (segfault), the machine ran out of memory, or making the env "
-            "raised (its traceback is printed above). Create a new vector env to continue."
-        )
-
-    _check_spaces = _guard_worker_crash(AsyncVectorEnv._check_spaces, "start-up (making the env)")
-    reset_async = _guard_worker_crash(_reset_async, "reset()", needs_idle_rows=True)
-    reset_wait = _guard_worker_crash(AsyncVectorEnv.reset_wait, "reset()")
-    step_async = _guard_worker_crash(AsyncVectorEnv.step_async, "step()", needs_idle_rows=True)
-    step_wait = _guard_worker_crash(AsyncVectorEnv.step_wait, "step()")
-    call_async = _guard_worker_crash(AsyncVectorEnv.call_async, "call()", needs_idle_rows=True)
-    call_wait = _guard_worker_crash(AsyncVectorEnv.call_wait, "call()")
-    set_attr = _guard_worker_crash(AsyncVectorEnv.set_attr, "set_attr()", needs_idle_rows=True)
-
-
-class VLASyncVectorEnv(SyncVectorEnv):
-    """gymnasium's SyncVectorEnv (sub-envs in this process) with per-sub-env reset options, as
-    :class:`VLAAsyncVectorEnv`: ``reset(options={"per_env": [dict or None per sub-env], "reset_mask": mask})``.
-    Its sub-envs step in this process, so it does not step subsets of them (pipelined rollouts need workers).
-    """
-
-    accepts_per_env_options = True
-
-    def reset(self, *, seed=None, options=None):
-        per_env = sub_env_options(options, self.num_envs)
-        if per_env is None:
-            return super().reset(seed=seed, options=options)
-        seeds, mask = _seeds_and_mask(seed, options, self.num_envs)
-        self._terminations[mask] = False
-        self._truncations[mask] = False
-        self._autoreset_envs[mask] = False
-        infos: dict[str, Any] = {}
-        for i in np.flatnonzero(mask):
-            self._env_obs[i], env_info = self.envs[i].reset(seed=seeds[i], options=per_env[i])
-            infos = self._add_info(infos, env_info, i)
-        self._observations = concatenate(self.single_observation_space, self._env_obs, self._observations)
-        return (copy.deepcopy(self._observations) if self.copy else self._observations), infos
-
-
-def concat_infos(infos: Sequence[Mapping[str, Any]], sizes: Sequence[int]) -> dict[str, Any]:
-    """One vector info dict from those of consecutive blocks of sub-envs (``sizes[k]`` sub-envs in ``infos[k]``,
-    e.g. :meth:`VLAAsyncVectorEnv.step_rows_wait`'s of rows ``0..k-1``, ``k..2k-1``, ...), as the whole vector env's
-    step would have built it: keys missing in a block are zeros / None there, with their ``_key`` mask False.
-
-        >>> a = {"success": np.array([True, False]), "_success": np.array([True, True])}
-        >>> concat_infos([a, {}], [2, 1])["success"], concat_infos([a, {}], [2, 1])["_success"]
-        (array([ True, False, False]), array([ True,  True, False]))
-    """
-    if len(infos) != len(sizes):
-        raise ValueError(f"concat_infos needs one size per info dict, got {len(infos)} dicts and {len(sizes)} sizes")
-    out: dict[str, Any] = {}
-    keys = list(dict.fromkeys(key for part in infos for key in part))
-    for key in keys:
-        present = [part.get(key) for part in infos]
-        first = next(value for value in present if value is not None)
-        if isinstance(first, Mapping):
-            out[key] = concat_infos([value if value is not None else {} for value in present], sizes)
-            continue
-        blocks = [np.asarray(value) if value is not None else _blank(first, size)
-                  for value, size in zip(present, sizes)]
-        out[key] = np.concatenate(blocks).astype(first.dtype, copy=False)  # the first sub-env's type, as gymnasium's
-    return out
-
-
-def _blank(like: np.ndarray, size: int) -> np.ndarray:
-    if like.dtype == object:
-        return np.full(size, None, dtype=object)
-    return np.zeros((size, *like.shape[1:]), dtype=like.dtype)
-
-
-def _info_rows(infos: Mapping[str, Any], rows: Sequence[int]) -> dict[str, Any]:
-    """A whole vector env's info dict cut down to ``rows`` (in ``rows`` order)."""
-    return {key: _info_rows(value, rows) if isinstance(value, Mapping) else value[rows] for key, value in infos.items()}
-
-
-def _take_rows(space: gym.Space, batch: Any, rows: Sequence[int]) -> Any:
-    """Rows ``rows`` of a batched observation of ``space`` (copied: shared memory is rewritten by the workers)."""
-    if isinstance(space, spaces.Dict):
-        return {key: _take_rows(sub, batch[key], rows) for key, sub in space.spaces.items()}
-    if isinstance(space, spaces.Tuple):
-        return tuple(_take_rows(sub, part, rows) for sub, part in zip(space.spaces, batch))
-    if isinstance(space, spaces.Text):
-        return tuple(batch[row] for row in rows)
-    return np.asarray(batch)[rows]
-
-
-def _seeds_and_mask(seed, options: Mapping[str, Any], num_envs: int) -> tuple[list, np.ndarray]:
-    """gymnasium's reading of ``reset(seed=...)`` (int s: s + i; a list: one each) and ``options["reset_mask"]``."""
-    if seed is None:
-        seeds = [None] * num_envs
-    elif isinstance(seed, (int, np.integer)):
-        seeds = [int(seed) + i for i in range(num_envs)]
-    else:
-        seeds = list(seed)
-    if len(seeds) != num_envs:
-        raise ValueError(f"If seeds are passed as a list the length must match num_envs={num_envs} but got "
-                         f"length={len(seeds)}.")
-    mask = options.get("reset_mask")
-    if mask is None:
-        return seeds, np.ones(num_envs, dtype=np.bool_)
-    if not isinstance(mask, np.ndarray) or mask.shape != (num_envs,) or mask.dtype != np.bool_ or not mask.any():
-        raise ValueError(f"options['reset_mask'] must be a bool numpy array of shape ({num_envs},) with a True value, "
-                         f"got {mask!r}")
-    return seeds, mask
 
 
 def make_vec(
@@ -477,8 +180,8 @@ def make_vec(
     if vectorization == "sync":
         return VLASyncVectorEnv(env_fns, autoreset_mode=AUTORESET_MODE)
     # Observations come back through shared memory (0.57 ms per step for two sub-envs with two 224x224
-    # images, against 0.83 ms pickled through the pipes); the instruction's InstructionText space makes
-    # gymnasium read it live there (vla_gym/core/instruction_space.py).
+    # images, against 0.83 ms pickled through the pipes); the instruction's InstructionText space reads it
+    # live there (vla_gym/core/instruction_space.py).
     return VLAAsyncVectorEnv(env_fns, env_id=env_id, autoreset_mode=AUTORESET_MODE, context=context,
                              shared_memory=True, step_timeout=step_timeout, on_worker_failure=on_worker_failure,
                              max_worker_restarts=max_worker_restarts)

@@ -1,4 +1,4 @@
-"""Step timeouts and respawned workers for vla_gym's async vector env (:class:`~vla_gym.vector.envs.VLAAsyncVectorEnv`).
+"""Step timeouts and respawned workers for vla_gym's async vector env (:class:`~vla_gym.vector.async_env.VLAAsyncVectorEnv`).
 
     envs = vla_gym.make_vec("VLA/LiberoSpatial-v0", 4, step_timeout=120, on_worker_failure="respawn")
     obs, rewards, terminated, truncated, infos = envs.step(actions)
@@ -10,9 +10,10 @@
 A sub-env *fails* when its ``step`` or ``reset`` takes longer than ``step_timeout`` seconds, when its worker process
 dies (segfault, out-of-memory kill, ``kill -9``) or when its env raises. ``on_worker_failure`` says what then:
 
-- ``"raise"`` (``make_vec``'s default): the run stops. A dead worker raises :class:`WorkerCrashedError` naming the
-  sub-env, its task and the signal; an exception of the env is raised again here (gymnasium's behaviour); a
-  timeout raises :class:`WorkerCrashedError`. The vector env is closed.
+- ``"raise"`` (``make_vec``'s default): the run stops and the vector env is closed. A dead worker raises
+  :class:`WorkerCrashedError` naming the sub-env, its task and the signal; a timeout raises
+  :class:`WorkerCrashedError`; an exception of the env in ``step`` / ``reset`` is raised again here (its type and
+  message, with the worker's traceback as a note).
 - ``"respawn"``: the failed worker is killed and a new worker process is started from the same env fn (a fresh
   env, with the sub-env's wrappers). The sub-env's episode ends as truncated (``terminated`` False, ``truncated``
   True, reward 0; ``infos["final_info"]["success"]`` False when the env reports success, so that an episode cut
@@ -29,40 +30,37 @@ dies (segfault, out-of-memory kill, ``kill -9``) or when its env raises. ``on_wo
 A worker found dead while it was not asked to reset (``reset(options={"reset_mask": ...})`` left it out) is
 restarted at its next step, whose result reports the failure. ``call`` / ``get_attr`` / ``set_attr`` /
 ``render`` are never retried: a worker that dies or times out there raises :class:`WorkerCrashedError` in both
-modes. A respawned worker gets ``max(step_timeout, MIN_START_TIMEOUT)`` seconds to build its env and reset.
+modes; an exception there (e.g. AttributeError for a missing attribute) is raised again and the worker goes on.
+A respawned worker gets ``max(step_timeout, MIN_START_TIMEOUT)`` seconds to build its env and reset.
 
-How: each parent pipe of the vector env is a :class:`SupervisedPipe`. It waits for the worker's reply with
-``poll(timeout)`` and, on a failure, hands back the reply that the respawned worker gives, shaped as the failed
-worker's would have been, so that gymnasium's own ``step_wait`` / ``reset_wait`` and vla_gym's
-``step_rows_wait`` read it unchanged (:class:`RespawnMixin` owns the processes).
+How: the async vector env reads every reply through its ``_receive``, which waits with ``poll(timeout)`` and hands
+each failure to :meth:`RespawnMixin._worker_failed`. That returns the reply the respawned worker gives, shaped as
+the failed worker's would have been (so the whole-step and row-wise code read it unchanged), or raises.
 """
 from __future__ import annotations
 
 import logging
-import multiprocessing
-import queue
 import signal
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
-from gymnasium import spaces
-from gymnasium.vector import AutoresetMode
-from gymnasium.vector.async_vector_env import AsyncState
-from gymnasium.vector.utils import clear_mpi_env_vars
 
 # ENV_FAILURE: the info key of a row whose worker failed (the cause, as text)
 from vla_gym.core.episodes import ENV_FAILURE, SUCCESS
+from vla_gym.vector.worker import rebuild_error
 
 logger = logging.getLogger(__name__)
 
 FAILURE_MODES = ("raise", "respawn")
-#: seconds a respawned worker gets at least to start, build its env and reset
+#: seconds a respawned worker gets at least to start, build its env and reset (and a new vector env's workers to
+#: build their envs, where a step_timeout is set)
 MIN_START_TIMEOUT = 60.0
 
-_RETRIED = ("step", "reset", "reset-noop")  # commands whose failure respawns the worker
-_CALL_NAMES = {"step": "step()", "reset": "reset()", "reset-noop": "reset()", "_call": "call()",
-               "_setattr": "set_attr()", "close": "close()"}
+RETRIED = ("step", "reset", "ping")  # commands whose failure respawns the worker
+CALL_NAMES = {"step": "step()", "reset": "reset()", "ping": "reset()", "call": "call()", "setattr": "set_attr()",
+              "close": "close()", "spaces": "start-up (making the env)"}
 
 
 class WorkerCrashedError(RuntimeError):
@@ -72,11 +70,18 @@ class WorkerCrashedError(RuntimeError):
 
 class Failure(NamedTuple):
     """Why a worker failed: ``cause`` (``timeout after 2s``, ``signal 9 (SIGKILL)``, ``RuntimeError: ...``),
-    ``during`` (``step()``) and ``kind`` (``timeout``, ``died`` or ``raised``)."""
+    ``during`` (``step()``), ``kind`` (``timeout``, ``died`` or ``raised``) and, when it raised, the exception."""
 
     cause: str
     during: str
     kind: str
+    error: BaseException | None = None
+
+
+class CallFailed(NamedTuple):
+    """The reply of a worker whose env raised in ``call`` / ``set_attr``: raised once every worker has answered."""
+
+    error: BaseException
 
 
 def exit_cause(exitcode: int | None) -> str:
@@ -105,97 +110,42 @@ def check_failure_options(step_timeout: float | None, on_worker_failure: str, ma
         raise ValueError(f"max_worker_restarts must be an integer >= 0, got {max_worker_restarts!r}")
 
 
-class SupervisedPipe:
-    """A worker's parent pipe (``multiprocessing.connection.Connection``) that notices a late, dead or failing
-    worker: gymnasium's code uses it as the pipe (``send``, ``recv``, ``poll``, ``close``, ``closed``); on a
-    failure ``recv`` returns what :meth:`RespawnMixin._worker_failed` makes of it (module docstring)."""
-
-    def __init__(self, connection, index: int, owner: RespawnMixin):
-        self.connection, self.index, self.owner = connection, index, owner
-        self.command: str | None = None
-        self.data: Any = None
-        self.sent_at = 0.0
-        #: a failure found in a ``reset-noop``, reported at the next command
-        self.pending: Failure | None = None
-
-    @property
-    def closed(self) -> bool:
-        return self.connection.closed
-
-    def poll(self, timeout: float | None = 0.0) -> bool:
-        return self.connection.poll(timeout)
-
-    def close(self) -> None:
-        self.connection.close()
-
-    def send(self, message: tuple[str, Any]) -> None:
-        self.command, self.data = message
-        self.sent_at = time.monotonic()
-        if self.pending is not None:
-            return  # the worker is known dead: recv reports it
-        try:
-            self.connection.send(message)
-        except OSError:  # BrokenPipeError: the worker is gone; recv reports it
-            self.pending = self.owner._death(self.index, self.command)
-
-    def recv(self) -> Any:
-        failure, self.pending = self.pending, None
-        reply = None
-        if failure is None:
-            timeout = self.owner.step_timeout
-            try:
-                if timeout is not None and not self.connection.poll(max(0.0, self.sent_at + timeout - time.monotonic())):
-                    failure = Failure(f"timeout after {timeout:g}s", _CALL_NAMES.get(self.command, "a call"),
-                                      "timeout")
-                else:
-                    reply = self.connection.recv()
-            except (EOFError, OSError):
-                failure = self.owner._death(self.index, self.command)
-        if failure is None and reply[1]:
-            if self.command in ("step", "reset"):
-                self.owner._failures_in_a_row[self.index] = 0
-            return reply
-        if failure is None:  # the env raised: the worker sent (None, False) and is exiting
-            if self.owner.on_worker_failure == "raise" or self.command not in _RETRIED:
-                return reply  # gymnasium raises the env's exception (its error queue holds it)
-            failure = self.owner._raised(self.index, self.command)
-        return self.owner._worker_failed(self, failure)
+def failed_rows(infos: dict[str, Any], n: int) -> np.ndarray:
+    """Bool per sub-env: its step's info says ``env_failure`` (its worker failed and was restarted)."""
+    mask = infos.get("_" + ENV_FAILURE) if isinstance(infos, dict) else None
+    return np.zeros(n, dtype=bool) if mask is None else np.asarray(mask, dtype=bool).reshape(n)
 
 
 class RespawnMixin:
-    """Step timeouts and worker respawn for a gymnasium ``AsyncVectorEnv`` subclass (module docstring): call
-    :meth:`_supervise` at the end of ``__init__``. ``worker_restarts`` counts the workers restarted so far. The
-    subclass keeps ``_episodes[i]``: the ``task_id`` / ``task_name`` / ``init_state_id`` of sub-env ``i``'s
-    episode, those its infos reported."""
+    """What the async vector env does when a worker fails (module docstring). The host class owns the workers:
+    ``_workers[i]`` (``process``, ``pipe``, ``command``, ``data``, ``pending``), ``_launch(i)`` (a new process and
+    pipe for sub-env ``i``), ``_row_obs(i)`` (row ``i``'s last observation), ``_episodes[i]`` (the ``task_id`` /
+    ``task_name`` / ``init_state_id`` its infos reported) and ``_shut_down()``. ``worker_restarts`` counts the
+    workers restarted so far."""
 
     step_timeout: float | None = None
     on_worker_failure: str = "raise"
     max_worker_restarts: int = 3
     worker_restarts: int = 0
 
-    @property
-    def processes(self) -> _WorkerList:
-        return self._workers
-
-    @processes.setter
-    def processes(self, value: list) -> None:  # gymnasium's __init__ sets it to [] and appends each worker
-        self._workers = value if isinstance(value, _WorkerList) else _WorkerList(value)
-
-    def _supervise(self, step_timeout: float | None, on_worker_failure: str, max_worker_restarts: int) -> None:
-        """Wrap the worker pipes (only where a timeout or respawn is asked for: else gymnasium's pipes as they are)."""
-        check_failure_options(step_timeout, on_worker_failure, max_worker_restarts)
-        if on_worker_failure == "respawn" and self.autoreset_mode != AutoresetMode.SAME_STEP:
-            raise ValueError("on_worker_failure='respawn' needs SAME_STEP autoreset (vla_gym.make_vec's): a respawned "
-                             "row's step returns the new episode's first observation, as a SAME_STEP autoreset does")
-        self.step_timeout = None if step_timeout is None else float(step_timeout)
-        self.on_worker_failure, self.max_worker_restarts = on_worker_failure, max_worker_restarts
-        self.worker_restarts = 0
-        self._failures_in_a_row = [0] * self.num_envs
-        self._worker_errors: dict[int, tuple] = {}  # error-queue entries read while looking for another worker's
-        if step_timeout is not None or on_worker_failure == "respawn":
-            self.parent_pipes = [SupervisedPipe(pipe, i, self) for i, pipe in enumerate(self.parent_pipes)]
+    def _time_limit(self, command: str | None) -> float | None:
+        """Seconds a worker may take to answer ``command`` (None: no limit)."""
+        if self.step_timeout is None:
+            return None
+        return max(self.step_timeout, MIN_START_TIMEOUT) if command == "spaces" else self.step_timeout
 
     # ------------------------------------------------------------------------------- what failed
+    def _remember_tasks(self, infos: Mapping[str, Any], rows: Sequence[int] | None = None) -> None:
+        """Keep what the infos of sub-envs ``rows`` (all: None) say of their episodes, for failure reports."""
+        for key in ("task_id", "task_name", "init_state_id"):
+            values, mask = infos.get(key), infos.get("_" + key)
+            if values is None or mask is None:
+                continue
+            for k, index in enumerate(range(self.num_envs) if rows is None else rows):
+                if mask[k]:
+                    value = values[k]
+                    self._episodes[index][key] = value.item() if isinstance(value, np.generic) else value
+
     def _describe_row(self, i: int) -> str:
         """``sub-env 2 (env 'X', task 'T', init state 7)``: what is known of sub-env ``i``'s episode."""
         episode = self._episodes[i]
@@ -207,40 +157,41 @@ class RespawnMixin:
         return f"sub-env {i}" + (f" ({', '.join(known)})" if known else "")
 
     def _death(self, i: int, command: str | None) -> Failure:
-        process = self.processes[i]
+        process = self._workers[i].process
         process.join(timeout=5.0)  # the pipe broke: the process is exiting, give it a moment
-        return Failure(exit_cause(process.exitcode), _CALL_NAMES.get(command, "a call"), "died")
-
-    def _raised(self, i: int, command: str) -> Failure:
-        """The exception sub-env ``i``'s worker put in the error queue (gymnasium's worker does so before replying)."""
-        deadline = time.monotonic() + 5.0
-        while i not in self._worker_errors and time.monotonic() < deadline:
-            try:
-                index, exctype, value, trace = self.error_queue.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            self._worker_errors[index] = (exctype, value, trace)
-        exctype, value, trace = self._worker_errors.pop(i, (RuntimeError, "the env raised (no traceback came)", ""))
-        logger.warning("%s raised during %s:\n%s", self._describe_row(i), _CALL_NAMES[command], trace)
-        return Failure(f"{getattr(exctype, '__name__', exctype)}: {value}", _CALL_NAMES[command], "raised")
+        return Failure(exit_cause(process.exitcode), CALL_NAMES.get(command, "a call"), "died")
 
     # ------------------------------------------------------------------------------- what then
-    def _worker_failed(self, pipe: SupervisedPipe, failure: Failure) -> Any:
-        """The reply ``pipe.recv()`` returns for a failed worker, or an exception (module docstring)."""
-        i, command = pipe.index, pipe.command
+    def _worker_failed(self, i: int, failure: Failure) -> Any:
+        """The payload that sub-env ``i``'s reply stands for after ``failure``, a :class:`CallFailed`, or an
+        exception (module docstring)."""
+        worker = self._workers[i]
+        command = worker.command
         if command == "close":
             self._kill(i)
-            return None, True
-        if self.on_worker_failure == "raise" or command not in _RETRIED:
+            return None
+        if failure.kind == "raised" and command in ("call", "setattr"):
+            return CallFailed(failure.error)  # the env raised; its worker is fine
+        if failure.kind == "raised" and command == "spaces":
+            raise self._give_up(f"{self._describe_row(i)} could not be made: {failure.cause} (the worker's traceback "
+                                f"is in this error's notes)") from failure.error
+        if self.on_worker_failure == "raise" or command not in RETRIED:
+            if failure.kind == "raised":  # step / reset: the env is mid-episode in an unknown state
+                self._shut_down()
+                raise failure.error
             if failure.kind == "died":
-                raise EOFError(failure.cause)  # VLAAsyncVectorEnv turns it into WorkerCrashedError naming the sub-env
+                raise self._crash_error(failure.during)
             raise self._give_up(f"{self._describe_row(i)} did not answer: {failure.cause} during {failure.during}")
-        if command == "reset-noop":  # not asked to reset: its episode ends at its next step, which reports it
-            pipe.pending = failure
-            return (None if self.shared_memory else _row(self.single_observation_space, self.observations, i), {}), True
+        if failure.kind == "raised":
+            logger.warning("%s raised during %s:\n%s", self._describe_row(i), failure.during,
+                           "\n".join(getattr(failure.error, "__notes__", ())))
+        if command == "ping":  # not asked to reset: its episode ends at its next step, which reports it
+            worker.pending = failure
+            return None
         where = self._describe_row(i)  # before the new worker's reset replaces the task
-        final_obs = _row(self.single_observation_space, self.observations, i) if command == "step" else None
-        reset_kwargs = pipe.data if command == "reset" else {"seed": None, "options": None}
+        self._kill(i)  # first: a hung worker must not write its observation any more
+        final_obs = self._row_obs(i) if command == "step" else None
+        reset_kwargs = worker.data if command == "reset" else {"seed": None, "options": None}
         texts = []  # the failure that cut the episode, then those of new workers that failed at once
         while failure is not None:
             self._failures_in_a_row[i] += 1
@@ -250,46 +201,40 @@ class RespawnMixin:
                     f"{texts[-1]}; it failed {self._failures_in_a_row[i]} times in a row, more than "
                     f"max_worker_restarts={self.max_worker_restarts} (config env.max_worker_restarts)")
             logger.warning("%s; restarting its worker (%d in a row)", texts[-1], self._failures_in_a_row[i])
-            reply, failure = self._restart(pipe, reset_kwargs)
+            reply, failure = self._restart(i, reset_kwargs)
         text = texts[0] + (f" (and {len(texts) - 1} new workers failed at once)" if len(texts) > 1 else "")
         obs, info = reply
         info = {**info, ENV_FAILURE: text}
         if command == "reset":
-            return (obs, info), True
+            return obs, info
         final_info = {**self._episodes[i], ENV_FAILURE: text}  # the cut episode's task and init state, where known
         if SUCCESS in info:  # an env that reports success: the cut step did not succeed (as it earned no reward), so
             final_info[SUCCESS] = False  # an episode cut at its first step still reports success (GRPO scores it)
-        return (obs, 0.0, False, True, {**info, "final_obs": final_obs, "final_info": final_info}), True
+        return obs, 0.0, False, True, {**info, "final_obs": final_obs, "final_info": final_info}
 
-    def _restart(self, pipe: SupervisedPipe, reset_kwargs: dict) -> tuple[Any, Failure | None]:
-        """Kill sub-env ``pipe.index``'s worker, start a new one and reset it: ``(reply, None)`` or ``(None, failure)``."""
-        i = pipe.index
+    def _restart(self, i: int, reset_kwargs: dict) -> tuple[Any, Failure | None]:
+        """Kill sub-env ``i``'s worker, start a new one and reset it: ``(reply, None)`` or ``(None, failure)``."""
         self._kill(i)
-        pipe.close()
-        ctx = multiprocessing.get_context(self.context)
-        parent, child = ctx.Pipe()
-        target, (index, env_fn, _, _, *rest) = self.processes.launches[i]  # the same env fn, shared memory, ...
-        process = ctx.Process(target=target, name=self.processes[i].name, args=(index, env_fn, child, parent, *rest),
-                              daemon=self.daemon)
-        with clear_mpi_env_vars():
-            process.start()
-        child.close()
-        self.processes[i], pipe.connection = process, parent
+        worker = self._workers[i]
+        worker.pipe.close()
+        worker.process, worker.pipe = self._launch(i)
+        worker.command, worker.data, worker.pending = "reset", reset_kwargs, None
         self.worker_restarts += 1
         timeout = max(self.step_timeout or 0.0, MIN_START_TIMEOUT)
         try:
-            parent.send(("reset", reset_kwargs))
-            if not parent.poll(timeout):
+            worker.pipe.send(("reset", reset_kwargs))
+            if not worker.pipe.poll(timeout):
                 return None, Failure(f"timeout after {timeout:g}s", "the new worker's start and reset()", "timeout")
-            (obs, info), success = parent.recv()
+            status, payload = worker.pipe.recv()
         except (EOFError, OSError):
             return None, self._death(i, "reset")
-        if not success:
-            return None, self._raised(i, "reset")
-        return (obs, info), None
+        if status != "ok":
+            error = rebuild_error(payload)
+            return None, Failure(payload[1], "the new worker's start and reset()", "raised", error)
+        return payload, None
 
     def _kill(self, i: int) -> None:
-        process = self.processes[i]
+        process = self._workers[i].process
         if process.is_alive():
             process.kill()
         process.join(timeout=5.0)
@@ -299,40 +244,27 @@ class RespawnMixin:
         return WorkerCrashedError(f"{message}; the vector env is closed. Common causes: the simulator hangs or "
                                   "crashes on this episode, or the machine is out of memory (docs/reliability.md).")
 
-    def _shut_down(self) -> None:
-        """Close after a fatal failure: nothing is pending any more, so ``close`` does not wait for anything."""
-        self._state = AsyncState.DEFAULT
-        getattr(self, "_rows_stepping", set()).clear()
-        self.close(terminate=True)
+    def _crash_error(self, during: str) -> WorkerCrashedError:
+        """The error for a dead worker in "raise" mode, naming every dead worker (the vector env is closed)."""
+        deadline = time.monotonic() + 5.0  # the pipe broke: the process is exiting, give it a moment
+        dead = []
+        while not dead and time.monotonic() < deadline:
+            dead = [i for i, worker in enumerate(self._workers) if not worker.process.is_alive()]
+            if not dead:
+                time.sleep(0.05)
+        details = "; ".join(
+            f"sub-env {i} (env {self.env_id!r}, task {self._episodes[i].get('task_name', 'not reset yet')!r}, "
+            f"worker pid {self._workers[i].process.pid}, {_describe_exit(self._workers[i].process.exitcode)})"
+            for i in dead
+        ) or "a worker process (could not tell which)"
+        self._shut_down()  # nothing is pending any more: close() must not wait
+        return WorkerCrashedError(
+            f"the worker process of {details} died during {during}; the vector env is closed. "
+            "Common causes: the simulator crashed (segfault), the machine ran out of memory, or making the env "
+            "raised (its traceback is printed above). Create a new vector env to continue."
+        )
 
 
-class _WorkerList(list):
-    """gymnasium's list of worker processes that remembers each worker's target and arguments as it is appended
-    (before ``start``, which drops them from the Process), so that a failed worker can be started again alike: the
-    same env fn, shared memory, error queue, autoreset mode and semaphore (and a new pipe)."""
-
-    def __init__(self, processes=()):
-        super().__init__(processes)
-        self.launches: list[tuple[Any, tuple]] = [(p._target, p._args) for p in processes]
-
-    def append(self, process) -> None:
-        self.launches.append((process._target, process._args))
-        super().append(process)
-
-
-def _row(space: spaces.Space, batch: Any, i: int) -> Any:
-    """A copy of row ``i`` of a batched observation of the single-env ``space`` (shared memory gets rewritten)."""
-    if isinstance(space, spaces.Dict):
-        return {key: _row(sub, batch[key], i) for key, sub in space.spaces.items()}
-    if isinstance(space, spaces.Tuple):
-        return tuple(_row(sub, part, i) for sub, part in zip(space.spaces, batch))
-    if isinstance(space, spaces.Text):
-        return batch[i]
-    return np.array(batch[i], copy=True)
-
-
-def failed_rows(infos: dict[str, Any], n: int) -> np.ndarray:
-    """Bool per sub-env: its step's info says ``env_failure`` (its worker failed and was restarted)."""
-    mask = infos.get("_" + ENV_FAILURE) if isinstance(infos, dict) else None
-    return np.zeros(n, dtype=bool) if mask is None else np.asarray(mask, dtype=bool).reshape(n)
-
+def _describe_exit(exitcode: int | None) -> str:
+    cause = exit_cause(exitcode)
+    return f"killed by {cause}" if cause.startswith("signal") else cause
