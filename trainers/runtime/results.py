@@ -59,9 +59,8 @@ def render_block(path: str | os.PathLike, name: str, text: str, check: bool = Fa
     Returns whether the block already held ``text``; with ``check`` nothing is written (a test's way to keep a
     README equal to its JSON). A file without the markers is an error that names them.
 
-    >>> page = tmp_path / "README.md"; _ = page.write_text("# x\n<!-- t:begin -->\nold\n<!-- t:end -->\n")  # doctest: +SKIP
-    >>> render_block(page, "t", "| new |\n")   # doctest: +SKIP
-    False
+        render_block("experiments/x/README.md", "results", table_text)              # rewrite the block
+        same = render_block("experiments/x/README.md", "results", table_text, check=True)  # or only compare
     """
     path = pathlib.Path(path)
     page = path.read_text()
