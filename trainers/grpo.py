@@ -8,66 +8,17 @@ Per update, ``grpo.groups_per_update`` groups (split over the ranks, so a group 
 ``reset(seed=..., options={"task_id": ..., "init_state_id": ...})``. Each episode gets a score (1.0 if it
 succeeded at any step, or its return: ``grpo.score``); the advantage of every action of an episode is its
 score minus the group's mean score (divided by the group's std with ``normalize_std``). The loss is PPO's
-clipped surrogate over those actions, minus an entropy bonus, plus ``kl_coef`` times a KL estimate to the
-frozen initial policy. Episodes run to their end in ``env.num_envs`` envs per rank, handed out as envs free up
-(:class:`~vla_gym.trainers.rollout.episode_runner.EpisodeRunner`).
+clipped surrogate over those actions (per action chunk, env step or action dimension: ``ratio_level``), minus an
+entropy bonus, plus ``kl_coef`` times a KL estimate to the frozen initial policy. Episodes run to their end in
+``env.num_envs`` envs per rank, handed out as envs free up
+(:class:`~vla_gym.trainers.rollout.episode_runner.EpisodeRunner`); dynamic sampling (``min_mixed_groups``) plays
+more rounds of groups until the update holds enough groups with mixed outcomes.
 
-``grpo.init_checkpoint`` starts from a PPO (or GRPO) checkpoint: its actor weights are loaded, its critic dropped.
-
-The ratio, its clip and the sampling (``GRPOConfig`` in trainers/runtime/config.py; defaults are the original
-behaviour, ``experiments/libero_miniature/configs/libero_object_miniature_grpo_v2.yaml`` the recommended settings for action chunks):
-
-- ``ratio_level`` (``chunk``): ``chunk``, one ratio per action chunk (the joint log-prob of its K x A Gaussian
-  dims); ``step``, one per env step of a chunk; ``dim``, one per action dimension (RLinf / SimpleVLA-RL: per action
-  token). The clip, ``approx_kl`` (and so ``target_kl``) and the KL term act at that level
-  (:mod:`vla_gym.trainers.algorithms.ratio_levels`). ``step``/``dim`` need a policy with per-dimension log-probs
-  (``per_dim``, trainers/policies/base.py); another policy is refused at set-up with a message.
-- ``clip_range_low`` / ``clip_range_high`` (null: ``clip_range``): the ratio is clipped to [1 - low, 1 + high]
-  (DAPO's clip-higher 0.2 / 0.28).
-- ``mask_unexecuted`` (false): sub-actions of a chunk after the episode ended inside it (ActionChunk's
-  ``info["chunk_steps"]``, passed from the runner's ``on_step`` per row into the buffer as ``sub_steps``) count in
-  neither the log-probs nor the ratios.
-- ``logprob_of_executed`` (false): the rollout stores the action clipped to the action space, what the env ran,
-  and its log-prob; the update scores the same clipped action.
-- ``loss_weighting`` (``transition``): ``episode`` weighs each transition 1 / (its episode's transitions), scaled
-  so the mean weight is 1: every episode counts the same, long failures no more than short successes.
-- ``min_mixed_groups`` (0: off), ``max_sampling_rounds`` (4): dynamic sampling, rounds of ``groups_per_update`` new
-  groups until the update holds that many mixed groups over all ranks (every rank stops after the same round:
-  the count is summed over ranks) or the rounds run out. Needs ``filter_uniform_groups``.
-- ``skip_solved_after`` (0: off): a (task, init state) pair whose last K groups all succeeded is skipped when
-  groups are drawn (:mod:`vla_gym.trainers.algorithms.group_sampling`; the history is the same on every rank and
-  saved in checkpoints).
-- ``skip_failed_after`` (0: off): likewise a pair whose last K groups all failed (hopeless for now: its episodes
-  would give no signal); it stays skipped for the rest of the run.
-- ``exploration_std`` (null: the policy's): the std the rollouts sample with, set after ``init_checkpoint``
-  (an SFT by MSE never trains it). Its shape over a chunk is the policy's ``noise`` (``policy.kwargs.noise``:
-  ``step``, an independent draw per step and dimension; ``chunk``, one draw per chunk shared by its steps, whose
-  log-prob is kept at the chunk's first step, so the ratio and its clip count that step's A tokens only).
-- ``signal_metrics`` (true): the learning-signal metrics below marked (S).
-
-Metrics each update adds to PPO's (``train/actor/approx_kl``, ``clip_fraction`` and ``clipped_ratio`` are at the
-configured ratio level):
-
-- ``rollout/score_mean``: mean episode score; ``rollout/uniform_groups``, ``rollout/mixed_groups``: fraction of the
-  groups played whose scores are all equal / differ; ``rollout/all_success_groups``, ``rollout/all_fail_groups``
-  (score=success): the uniform ones split; ``rollout/groups``: groups played (all ranks); ``rollout/useful_groups``,
-  ``rollout/useful_episodes``: mixed groups and their episodes (the ones with nonzero advantages);
-  ``rollout/sampling_rounds``: rounds played; ``rollout/episodes_per_useful_group``: episodes played per mixed
-  group (absent when there was none); ``rollout/skipped_starts``, ``rollout/solved_pairs``,
-  ``rollout/hopeless_pairs`` (skip_solved_after, skip_failed_after): draws skipped this update, pairs solved and
-  hopeless now.
-- ``train/actor/kl_ref``: k3 KL(policy || initial policy) per token of the ratio level; with ``kl_coef > 0`` the
-  minibatch mean of the loss's term, with ``kl_coef = 0`` (S) measured after the update on a probe batch when the
-  policy is small enough to keep a frozen copy (``diagnostic_reference_max_params``), else absent.
-- (S) ``train/actor/approx_kl_dim``, ``clip_fraction_dim``, ``ratio_std_dim`` and the same ``_chunk``: the ratio's
-  statistics per action dimension and per chunk whatever the level (policies with per-dimension log-probs),
-  averaged over the minibatches.
-- (S) ``train/actor/mean_shift_std``: mean over a probe batch (up to ``batch_size`` valid rows, all dims the env
-  ran) of ``|mu_after - mu_before| / std_before`` of the Gaussian's mean, across the update;
-  ``train/actor/std_mean``: the Gaussian's mean std after it (Gaussian policies).
-- (S) ``train/actor/grad_cosine_halves``: cosine between the policy-loss gradients of two random halves of the
-  probe batch, before the update (two extra backward passes; under ddp the halves span the ranks; not under fsdp).
-  Near 0: the batch's gradient is mostly noise.
+``grpo.init_checkpoint`` starts from a PPO, GRPO or SFT checkpoint: its actor weights are loaded, its critic
+dropped. The settings are :class:`~vla_gym.trainers.algorithms.grpo_config.GRPOConfig`; docs/trainers.md lists
+each with the metrics an update logs. Reading order: :meth:`GRPO.collect_rollouts` (groups, scores, advantages),
+:meth:`GRPO.loss` (the clipped token loss), then ``OnPolicyAlgorithm`` for the optimisation loop;
+:class:`~vla_gym.trainers.algorithms.signal_metrics.SignalMetrics` adds the optional learning-signal metrics.
 """
 from __future__ import annotations
 
@@ -103,17 +54,14 @@ from vla_gym.trainers.algorithms.ratio_levels import (
     masked_row_mean,
     per_dim_ratio_stats,
 )
+from vla_gym.trainers.algorithms.signal_metrics import SignalMetrics
 from vla_gym.trainers.policies import policy_class
 from vla_gym.trainers.policies.base import log_prob_options
-from vla_gym.trainers.rollout.batch import index
 from vla_gym.trainers.rollout.buffer import RolloutBuffer
 from vla_gym.trainers.rollout.episode_plan import EpisodeSpec
 from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
 from vla_gym.trainers.runtime.checkpoint import load_actor_weights
 from vla_gym.trainers.runtime.envs import env_attr
-
-#: measured around the update on a probe batch (signal_metrics)
-PROBE_KEYS = ("train/actor/mean_shift_std", "train/actor/std_mean", "train/actor/kl_ref")
 
 
 class GRPOSetupError(ValueError):
@@ -133,7 +81,7 @@ class _Terms:
     mask: torch.Tensor | None = None
 
 
-class GRPO(OnPolicyAlgorithm):
+class GRPO(SignalMetrics, OnPolicyAlgorithm):
     algo = "grpo"
     extra_train_keys = ("train/actor/kl_ref", *PER_DIM_KEYS)
     setup_errors = (*OnPolicyAlgorithm.setup_errors, GRPOSetupError)
@@ -440,94 +388,6 @@ class GRPO(OnPolicyAlgorithm):
         stats.update({"train/actor/policy_loss": policy_loss.item(), "train/entropy_loss": entropy_mean.item()})
         return loss, stats
 
-    # ---------------------------------------------------------------------------- signal metrics
-    def _update(self, buffer: RolloutBuffer, num_minibatches: int) -> dict[str, float]:
-        if not self.hp.signal_metrics or num_minibatches == 0:  # the same on every rank
-            return super()._update(buffer, num_minibatches)
-        probe = self._probe(buffer)
-        before = self._gaussian_snapshot(probe)
-        cosine = self._grad_cosine(probe)
-        metrics = super()._update(buffer, num_minibatches)
-        metrics.update(self._probe_metrics(probe, before))
-        if cosine is not None:
-            metrics["train/actor/grad_cosine_halves"] = cosine
-        return metrics
-
-    def _probe(self, buffer: RolloutBuffer) -> dict[str, Any]:
-        """Up to ``batch_size`` (over all ranks) random valid rows of this rank; weight 0 (row 0) when it has none.
-        Its own generator: the minibatches' stay as without the metrics."""
-        rows = torch.nonzero(buffer.valid.flatten()).squeeze(-1).cpu()
-        if rows.numel() == 0:
-            return buffer.batch(torch.zeros(1, dtype=torch.long), weight=0.0)
-        size = max(2, math.ceil(self.hp.batch_size / self.dist.world_size))
-        order = np.random.default_rng([self.cfg.seed, self.num_updates, self.dist.rank, 1]).permutation(rows.numel())
-        return buffer.batch(rows[torch.as_tensor(order[:size])], weight=1.0)
-
-    def _gaussian_snapshot(self, probe) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The Gaussian's (mean, log_std) on the probe rows (None: not a Gaussian policy, or no rows here)."""
-        with torch.no_grad(), self.dist.gathered(self.policy):  # collective under fsdp: every rank enters
-            if not probe["weight"] or not callable(getattr(self.policy, "distribution", None)):
-                return None
-            dist = self.policy.distribution(probe["obs"])
-            if not (hasattr(dist, "mean") and hasattr(dist, "log_std")):
-                return None
-            return dist.mean.detach().clone(), dist.log_std.detach().clone()
-
-    def _grad_cosine(self, probe) -> float | None:
-        """Cosine between the policy-loss gradients of two random halves of the probe rows (module docstring)."""
-        if self.dist.enabled and self.cfg.distributed.strategy == "fsdp":
-            return None
-        n = probe["advantages"].shape[0]
-        weight = float(probe["weight"]) if n >= 2 else 0.0  # ddp: a rank without rows still runs both passes
-        order = np.random.default_rng([self.cfg.seed, self.num_updates, self.dist.rank, 2]).permutation(n)
-        halves = [order[: n // 2], order[n // 2:]] if n >= 2 else [order, order]
-        first = None
-        for half in halves:
-            self.optimizer.zero_grad(set_to_none=True)
-            loss, _, _ = self._policy_terms(_rows(probe, torch.as_tensor(half)), self.model)
-            (loss * weight).backward()
-            if first is None:
-                first = [None if p.grad is None else p.grad.detach().clone() for p in self._params]
-        dot = norm_a = norm_b = 0.0
-        for a, p in zip(first, self._params):
-            b = p.grad
-            if a is not None:
-                norm_a += a.double().square().sum().item()
-            if b is not None:
-                norm_b += b.double().square().sum().item()
-            if a is not None and b is not None:
-                dot += (a.double() * b.double()).sum().item()
-        self.optimizer.zero_grad(set_to_none=True)
-        if not norm_a or not norm_b:
-            return None
-        return dot / math.sqrt(norm_a * norm_b)
-
-    def _probe_metrics(self, probe, before) -> dict[str, float]:
-        """Mean shift in stds and mean std after the update; KL to the reference when the loss has no KL term."""
-        sums = dict.fromkeys(PROBE_KEYS, 0.0)
-        counts = dict.fromkeys(PROBE_KEYS, 0.0)
-        with torch.no_grad(), self.dist.gathered(self.policy):
-            if probe["weight"]:
-                mask = executed_mask(probe.get("sub_steps"), self._steps)
-                if before is not None:
-                    dist = self.policy.distribution(probe["obs"])
-                    mean_before, log_std_before = before
-                    shift = chunk_view((dist.mean - mean_before).abs() * torch.exp(-log_std_before), self._steps)
-                    ran = torch.ones_like(shift, dtype=torch.bool) if mask is None else mask.unsqueeze(-1).expand_as(shift)
-                    sums["train/actor/mean_shift_std"] = shift[ran].sum().item()
-                    counts["train/actor/mean_shift_std"] = float(ran.sum())
-                    sums["train/actor/std_mean"] = dist.log_std.exp().mean().item()
-                    counts["train/actor/std_mean"] = 1.0
-                if self.reference is not None and self.hp.kl_coef == 0:
-                    obs, actions = probe["obs"], probe["actions"]
-                    noise_mask = self._noise_mask(probe.get("sub_steps"), chunk_view(actions, self._steps))
-                    new, token_mask = self._level_tokens(self.policy, obs, actions, noise_mask)
-                    ref, _ = self._level_tokens(self.reference, obs, actions, noise_mask)
-                    kl = masked_row_mean(kl_to_reference(new, ref), token_mask)
-                    sums["train/actor/kl_ref"] = kl.sum().item()
-                    counts["train/actor/kl_ref"] = float(kl.numel())
-        return self.dist.weighted_mean(sums, counts)
-
 
 def _pair(spec: EpisodeSpec) -> tuple[int, int] | None:
     """The (task, init state) a group starts from, None when the env has no fixed init states."""
@@ -545,14 +405,6 @@ def _scores(results, success: bool) -> torch.Tensor:
 def _judged(results) -> torch.Tensor:
     """Per episode: the env judged it (not cut by a failed env worker, ``info["env_failure"]``)."""
     return torch.tensor([r.env_failure is None for r in results], dtype=torch.bool)
-
-
-def _rows(batch: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
-    """The rows ``rows`` of a minibatch dict."""
-    out = {key: value[rows.to(value.device)] for key, value in batch.items() if isinstance(value, torch.Tensor)}
-    out["obs"] = index(batch["obs"], rows)
-    out["weight"] = batch["weight"]
-    return out
 
 
 def _init_params(cls) -> set[str]:

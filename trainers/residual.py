@@ -20,9 +20,8 @@ ResidualTD3`). ResFiT (Ankile et al. 2025) is this recipe on real robots.
 A round: ``residual.episodes_per_round`` episodes from random (task, init state) pairs (init states below
 ``residual.train_init_states``) in ``env.num_envs`` envs, each decision's features, base action and executed action
 into the replay as the episode ends (one cut by a failed env worker is left out), then ``updates_per_decision`` x
-(decisions played) gradient steps once ``residual.warmup_episodes`` episodes are in (played with
-``residual.warmup_exploration_std`` when set: noise wider than the bound shows the critics actions on both sides of
-where the actor can go). The first ``residual.actor_warmup`` critic steps leave the actor at zero, so the critics
+(decisions played) gradient steps once ``residual.warmup_episodes`` episodes are in; every round plays with
+``residual.exploration_std``. The first ``residual.actor_warmup`` critic steps leave the actor at zero, so the critics
 first learn the base's outcomes.
 
 Rounds are the trainer's updates for the callbacks (``logging.log_interval``, ``checkpoint.every``, ``eval.every``);
@@ -38,14 +37,7 @@ trained on, ranks the decisions of successful episodes above those of failed one
 ``train/actor/q``, ``residual_abs`` (mean absolute correction), ``residual_max_frac`` (largest
 correction over ``scale``), ``train/actor/q_gain`` and ``train/critic/best_gain`` (the Q gain over the base of the
 actor's residual and of the best one within the bound, in units of mean|Q|: ``ResidualTD3.action_gains``),
-``train/updates`` (critic steps so far), ``guard/gated_tasks`` (tasks the task guard keeps on the base) and
-``time/*``.
-
-``residual.task_guard_every`` = N > 0 protects the tasks the base already solves: rounds before the actor's first step
-and every N-th round after it play the base alone (control episodes, into the replay like the others), and a task
-whose residual's latest ``task_guard_window`` episodes succeed less often than the base's keeps the base when the saved
-policy acts (:class:`~vla_gym.trainers.algorithms.task_guard.TaskGuard`; the gates go into the checkpoint's
-``policy_kwargs``, so ``trainers/eval.py`` acts with them). Training always plays the whole residual.
+``train/updates`` (critic steps so far) and ``time/*``.
 """
 from __future__ import annotations
 
@@ -61,26 +53,22 @@ import numpy as np
 import torch
 
 from vla_gym.core.episodes import episode_sums
-from vla_gym.trainers.algorithms.replay import FeatureReplay, sample_mixed
+from vla_gym.trainers.algorithms.replay import FeatureReplay
 from vla_gym.trainers.algorithms.residual_td3 import ResidualTD3, TD3Settings
-from vla_gym.trainers.algorithms.task_guard import TaskGuard
 from vla_gym.trainers.evaluation.periodic import TrainingEvaluator
 from vla_gym.trainers.evaluation.stats import rank_auc
 from vla_gym.trainers.policies import make_policy
-from vla_gym.trainers.policies.openvla_prompts import normalize_actions
 from vla_gym.trainers.policies.residual import ResidualPolicy
-from vla_gym.trainers.rollout.batch import to_torch
 from vla_gym.trainers.rollout.episode_plan import EpisodeSpec
 from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
 from vla_gym.trainers.runtime.callbacks import Callback, CallbackList, as_callback, default_callbacks
-from vla_gym.trainers.runtime.checkpoint import atomic_save, load_checkpoint, rng_state, set_rng_state
+from vla_gym.trainers.runtime.checkpoint import atomic_save, checkpoint_state, load_checkpoint, rng_state, set_rng_state
 from vla_gym.trainers.runtime.config import Config
 from vla_gym.trainers.runtime.contract import check_contract, checkpoint_contract, env_contract
 from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.envs import env_attr, make_envs
 from vla_gym.trainers.runtime.launch import logs_and_evaluation_lines
 from vla_gym.trainers.runtime.run import TrainingRun
-from vla_gym.trainers.sft import check_dataset_fits, open_dataset
 
 POLICY = "vla_gym.trainers.policies.residual:ResidualPolicy"
 
@@ -117,9 +105,6 @@ class ResidualRL:
         self.runner = EpisodeRunner(self.envs, self.policy)
         self.tasks = env_attr(self.envs, "tasks") or []
         self.generator = torch.Generator().manual_seed(cfg.seed)
-        #: per-task outcomes of base and residual episodes (residual.task_guard_every), None: no guard
-        self.guard = TaskGuard(self.hp.task_guard_window, self.hp.task_guard_min_episodes) \
-            if self.hp.task_guard_every else None
         #: (Q, the episode succeeded) of the latest decisions, scored as they arrived (train/critic/success_auc)
         self.critic_check: collections.deque = collections.deque(maxlen=2000)
         self.num_updates = 0     # rounds
@@ -127,9 +112,7 @@ class ResidualRL:
         self.episodes = 0
         self.last_metrics: dict[str, float] = {}
         self.last_eval: dict[str, Any] | None = None
-        self.run = TrainingRun(cfg, self.dist, cfg.path if write_run else None)
-        #: the demos' decisions (residual.demos), rebuilt from the dataset at every start, never overwritten
-        self.demo_replay = self.demo_decisions(self.hp.demos) if self.hp.demos else None
+        self.run = TrainingRun(cfg, self.dist, cfg.path if write_run else None, self.algo)
         self.evaluator = TrainingEvaluator(cfg, self.dist, self.run)
         self.run_path = self.run.path
 
@@ -142,31 +125,6 @@ class ResidualRL:
         return self.num_timesteps
 
     log_unit = "env steps"
-
-    def demo_decisions(self, path: str) -> FeatureReplay:
-        """A replay of a demo dataset's decisions: every K-th frame of each episode (K: the env's ``ActionChunk``)
-        with the base's features and greedy chunk there, the demo's own next K actions as the executed chunk, and the
-        episode's outcome (``success`` in the dataset's episodes; demos without it count as successes). Their actions
-        are not the base's, and they succeed: the critics see which actions lead to success (RLPD, ResFiT)."""
-        data = open_dataset(path, self.cfg.env.id)
-        layout = check_dataset_fits(data, self.policy.observation_space, self.policy.action_space)
-        chunk = layout["chunk"] or 1
-        replay = FeatureReplay(len(data) // chunk + data.num_episodes, self.policy.feature_dim,
-                               self.policy.action_shape, self.hp.gamma, self.hp.n_step)
-        for episode in data.episodes:
-            rows = list(range(episode["dataset_from_index"], episode["dataset_to_index"], chunk))
-            obs, actions, _ = data.batch(rows, chunk=layout["chunk"], cameras=layout["cameras"])
-            if not layout["cameras"]:
-                obs.pop("images")
-            features, base_actions = self.policy.base_outputs(to_torch(obs, self.device))
-            if self.policy.action_stats is not None:  # demos are in env units, the policy acts normalised
-                actions = normalize_actions(actions, self.policy.action_stats)
-            executed = self.policy.executed_actions(torch.as_tensor(actions, dtype=torch.float32).view_as(base_actions))
-            outcome = episode.get("success")
-            replay.add_episode(features, base_actions, executed, success=True if outcome is None else bool(outcome))
-        self.run.say(f"residual.demos={path}: {len(replay):,} decisions of {replay.episodes} episodes "
-                     f"({replay.successes} successful), {self.hp.demo_fraction:.0%} of every batch")
-        return replay
 
     # ------------------------------------------------------------------------------------ rollouts
     def round_specs(self) -> list[EpisodeSpec]:
@@ -192,20 +150,9 @@ class ResidualRL:
             for row in np.flatnonzero(np.asarray(jobs) >= 0):
                 decisions[int(jobs[row])].append((features[row], base_actions[row], actions[row]))
 
-        self.policy.set_exploration(std=exploration_std(self.hp, self.episodes))
-        base_round = self.control_round()
-        gates, self.policy.task_gates = self.policy.task_gates, {}  # training plays the whole residual
-        self.policy.base_only = base_round
-        try:
-            results = self.runner.run(self.round_specs(), deterministic=False, recorder=record,
-                                      act_kwargs={"executed": True})
-        finally:
-            self.policy.task_gates, self.policy.base_only = gates, False
-        if self.guard is not None:
-            for result in results:
-                if result.env_failure is None and result.task_id is not None:
-                    self.guard.record(self.tasks[result.task_id].instruction, bool(result.success), base=base_round)
-            self.policy.task_gates = self.guard.gates()
+        self.policy.set_exploration(std=self.hp.exploration_std)
+        results = self.runner.run(self.round_specs(), deterministic=False, recorder=record,
+                                  act_kwargs={"executed": True})
         added = 0
         for job, result in enumerate(results):
             if result.env_failure is not None or not decisions[job]:
@@ -213,19 +160,12 @@ class ResidualRL:
             features, base_actions, actions = (torch.stack(part) for part in zip(*decisions[job]))
             if self.td3.critic_steps:  # before the critics train on it: an out-of-sample check of what they learned
                 with torch.no_grad():
-                    q = self.td3.values(features.half().float(), base_actions, actions).mean(0)
+                    q = self.td3.values(features.half().float(), actions).mean(0)
                 self.critic_check.extend((value, bool(result.success)) for value in q.tolist())
             added += self.replay.add_episode(features, base_actions, actions, success=bool(result.success))
         self.episodes += len(results)
         self.num_timesteps += sum(int(r.length) for r in results)
         return results, added
-
-    def control_round(self) -> bool:
-        """Whether this round's episodes are the base's own (the task guard's evidence): the residual is still zero
-        (no actor step yet), or every ``task_guard_every``-th round after that plays the base alone."""
-        if self.guard is None:
-            return False
-        return self.td3.actor_steps == 0 or self.num_updates % self.hp.task_guard_every == 0
 
     def train_steps(self, decisions: int) -> dict[str, float]:
         """``updates_per_decision`` x ``decisions`` gradient steps (none during the warm-up); mean metrics."""
@@ -236,10 +176,7 @@ class ResidualRL:
         counts: dict[str, int] = collections.Counter()
         self.policy.train()
         for _ in range(steps):
-            batch = sample_mixed(self.replay, self.demo_replay, self.hp.batch_size, self.hp.demo_fraction,
-                                 self.generator)
-            sums["train/batch_demo_share"] += batch["from_demos"].mean().item()
-            counts["train/batch_demo_share"] += 1
+            batch = self.replay.sample(self.hp.batch_size, self.generator)
             for key, value in self.td3.update(batch, self.generator).items():
                 sums[key] += value
                 counts[key] += 1
@@ -275,8 +212,6 @@ class ResidualRL:
                 auc = rank_auc(*zip(*self.critic_check)) if self.critic_check else None
                 if auc is not None:
                     metrics["train/critic/success_auc"] = auc
-                if self.guard is not None:
-                    metrics["guard/gated_tasks"] = sum(gate == 0 for gate in self.policy.task_gates.values())
                 metrics.update({
                     "replay/decisions": len(self.replay),
                     "replay/success_episodes": self.replay.successes / max(self.replay.episodes, 1),
@@ -305,22 +240,11 @@ class ResidualRL:
     def state_dict(self, rng: list[Any] | None = None) -> dict[str, Any]:
         """What PPO/GRPO/SFT checkpoints hold (so ``load_policy`` and ``trainers/eval.py`` take it), plus the
         critics and optimizers (``td3``); the replay is written beside it (:meth:`save_checkpoint`)."""
-        return {
-            "algo": self.algo, "config": dataclasses.asdict(self.cfg), "policy": self.policy.state_dict(),
-            "td3": self.td3.state_dict(), "optimizer": None,
-            "counters": {"num_timesteps": self.num_timesteps, "num_updates": self.num_updates, "episodes": self.episodes},
-            "observation_space": self.policy.observation_space, "action_space": self.policy.action_space,
-            "contract": self.contract, "policy_name": self.cfg.policy.name, "policy_kwargs": self.policy_kwargs(),
-            "rng": rng, "generator": self.generator.get_state(),
-            "task_guard": None if self.guard is None else self.guard.state_dict(),
-        }
-
-    def policy_kwargs(self) -> dict[str, Any]:
-        """The config's policy options, plus the guard's current ``task_gates`` (the saved policy acts with them)."""
-        kwargs = dict(self.cfg.policy.kwargs)
-        if self.guard is not None:
-            kwargs["task_gates"] = dict(self.policy.task_gates)
-        return kwargs
+        return checkpoint_state(
+            self.algo, self.cfg, self.policy, policy_state=self.policy.state_dict(), optimizer=None,
+            counters={"num_timesteps": self.num_timesteps, "num_updates": self.num_updates, "episodes": self.episodes},
+            contract=self.contract, policy_name=self.cfg.policy.name, policy_kwargs=dict(self.cfg.policy.kwargs),
+            rng=rng, td3=self.td3.state_dict(), generator=self.generator.get_state())
 
     def load_state(self, state: dict[str, Any], restore_rng: bool = False) -> None:
         if state.get("algo") != self.algo:
@@ -336,9 +260,6 @@ class ResidualRL:
         self.num_timesteps, self.num_updates = counters["num_timesteps"], counters["num_updates"]
         self.episodes = counters["episodes"]
         self.generator.set_state(state["generator"])
-        if self.guard is not None and state.get("task_guard") is not None:
-            self.guard.load_state_dict(state["task_guard"])
-            self.policy.task_gates = self.guard.gates()
         replay = self.replay_path()
         if replay is not None and replay.is_file():
             self.replay.load_state_dict(load_checkpoint(replay))
@@ -372,20 +293,6 @@ class ResidualRL:
     def close(self) -> None:
         self.evaluator.close()
         self.envs.close()
-
-
-def exploration_std(hp, episodes: int) -> float:
-    """The rollouts' noise after ``episodes`` episodes: ``warmup_exploration_std`` (when set) during the
-    ``warmup_episodes``, ``exploration_std`` after them.
-
-    >>> from vla_gym.trainers.runtime.config import ResidualConfig
-    >>> hp = ResidualConfig(warmup_episodes=40, warmup_exploration_std=0.1, exploration_std=0.05)
-    >>> exploration_std(hp, 36), exploration_std(hp, 40)
-    (0.1, 0.05)
-    """
-    if hp.warmup_exploration_std is not None and episodes < hp.warmup_episodes:
-        return hp.warmup_exploration_std
-    return hp.exploration_std
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,7 @@
         --init-states 0-3 --rounds 2 --samples-per-start 4 --std 0.05 --out runs/libero_rl/rft_object_s0
     python trainers/rft.py ... --seed 1 sft.epochs=10        # a second training seed; key=value: SFT overrides
 
-Each round is three product commands, run one after the other:
+Each round is three product commands, called in this process one after the other:
 
 1. **sample**: ``trainers/eval.py --checkpoint CURRENT --stochastic --std STD --noise step --record-dataset ...
    --successes-only`` plays every (task, init state) ``--samples-per-start`` times with exploration noise (a new
@@ -34,6 +34,7 @@ evaluation.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import pathlib
 import subprocess
@@ -48,13 +49,35 @@ from vla_gym.trainers.runtime.results import write_results
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
+#: the product commands an RFT round calls, by script, and the module whose ``main(argv)`` each is
+ENTRY_POINTS = {"trainers/eval.py": "vla_gym.trainers.eval", "trainers/sft.py": "vla_gym.trainers.sft"}
+
+
 def run(command: list[str], allowed: tuple[int, ...] = (0,)) -> int:
-    """Run one product command from the repository root, echoed; stop with its exit code unless ``allowed`` (the
-    step runner of this script and experiments/libero_miniature/campaign.py)."""
+    """Run one product command (``[python, script, *argv]``) as its own process from the repository root, echoed;
+    stop with its exit code unless ``allowed``. The step runner of experiments/libero_miniature/campaign.py."""
     print("running:", " ".join(command[1:]), flush=True)
     code = subprocess.run(command, cwd=ROOT).returncode
+    return _checked(command[1:], code, allowed)
+
+
+def call(script: str, argv: list[str], allowed: tuple[int, ...] = (0,)) -> int:
+    """Call one product command in this process (``trainers/eval.py`` or ``trainers/sft.py``: its ``main(argv)``),
+    echoed as a command line; stop with its exit code unless ``allowed``.
+
+    >>> call("trainers/eval.py", ["--help"])   # doctest: +SKIP
+    """
+    print("running:", script, " ".join(argv), flush=True)
+    try:
+        code = importlib.import_module(ENTRY_POINTS[script]).main(argv)
+    except SystemExit as exc:  # argparse's exit, or a command that exits instead of returning
+        code = exc.code if isinstance(exc.code, int) else 1
+    return _checked([script, *argv], code or 0, allowed)
+
+
+def _checked(command: list[str], code: int, allowed: tuple[int, ...]) -> int:
     if code not in allowed:
-        raise SystemExit(f"`{' '.join(command[1:])}` failed with exit code {code}")
+        raise SystemExit(f"`{' '.join(command)}` failed with exit code {code}")
     return code
 
 
@@ -115,10 +138,10 @@ class RFTRun:
         self.starts = [*(["--tasks", *args.tasks] if args.tasks else []), "--init-states", *args.init_states,
                        "--num-envs", str(args.num_envs), *([] if args.sync else ["env.vectorization=async"])]
 
-    def timed(self, step: pathlib.Path, command: list[str], allowed: tuple[int, ...] = (0,)) -> None:
-        """Run one step's command and add its minutes to its round's ``minutes.json`` (the cost the table reports)."""
+    def timed(self, step: pathlib.Path, script: str, argv: list[str], allowed: tuple[int, ...] = (0,)) -> None:
+        """Call one step's command and add its minutes to its round's ``minutes.json`` (the cost the table reports)."""
         started = time.monotonic()
-        run(command, allowed)
+        call(script, argv, allowed)
         path = step.parent / "minutes.json"
         minutes = json.loads(path.read_text()) if path.is_file() else {}
         minutes[step.name] = round((time.monotonic() - started) / 60.0, 2)
@@ -129,7 +152,7 @@ class RFTRun:
         # played again when it must record now but was played without recording (the last round of a shorter run)
         unrecorded = sampled_seed is None and record is not None and not (out / "recorded").is_file()
         if not (out / "eval.json").is_file() or unrecorded:
-            command = [sys.executable, "trainers/eval.py", "--checkpoint", checkpoint, "--out", str(out)]
+            command = ["--checkpoint", checkpoint, "--out", str(out)]
             if sampled_seed is not None:
                 command += ["--stochastic", "--std", str(self.args.std), "--noise", "step", "--seed", str(sampled_seed)]
             if record is not None:
@@ -137,7 +160,7 @@ class RFTRun:
             if only_failed_in is not None:
                 command += ["--only-failed-in", str(only_failed_in)]
             # exit code 1 with --successes-only: no success to keep, the report is written all the same
-            self.timed(out, command + self.starts, allowed=(0, 1) if record is not None else (0,))
+            self.timed(out, "trainers/eval.py", command + self.starts, allowed=(0, 1) if record is not None else (0,))
             if record is not None:
                 (out / "recorded").write_text(str(record) + "\n")
         return played(out)
@@ -146,9 +169,9 @@ class RFTRun:
         final = round_dir / "sft" / "final.pt"
         if not final.is_file():
             start = [f"sft.init_checkpoint={current}"] if self.args.fit == "continue" else []
-            self.timed(round_dir / "sft", [sys.executable, "trainers/sft.py", "--config", self.args.sft_config,
-                                           f"run_dir={round_dir}", "name=sft", f"sft.dataset={','.join(datasets)}",
-                                           f"seed={self.args.seed}", *start, *self.args.overrides])
+            self.timed(round_dir / "sft", "trainers/sft.py", [
+                "--config", self.args.sft_config, f"run_dir={round_dir}", "name=sft", f"sft.dataset={','.join(datasets)}",
+                f"seed={self.args.seed}", *start, *self.args.overrides])
         return str(final)
 
     def learn(self) -> list[dict[str, Any]]:

@@ -30,7 +30,6 @@ mid-epoch (the shuffle of every epoch is fixed by ``seed``).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import pathlib
 import sys
@@ -50,7 +49,7 @@ from vla_gym.trainers.evaluation.periodic import TrainingEvaluator
 from vla_gym.trainers.policies import Policy, make_policy
 from vla_gym.trainers.rollout.batch import to_torch
 from vla_gym.trainers.runtime.callbacks import Callback, CallbackList, as_callback, default_callbacks
-from vla_gym.trainers.runtime.checkpoint import load_actor_weights, rng_state, set_rng_state
+from vla_gym.trainers.runtime.checkpoint import checkpoint_state, load_actor_weights, rng_state, set_rng_state
 from vla_gym.trainers.runtime.config import Config
 from vla_gym.trainers.runtime.contract import check_contract, checkpoint_contract, env_contract
 from vla_gym.trainers.runtime.distributed import Distributed
@@ -183,7 +182,7 @@ class SFT:
         self.frames_seen = 0
         self.last_metrics: dict[str, float] = {}
         self.last_eval: dict[str, Any] | None = None
-        self.run = TrainingRun(cfg, self.dist, cfg.path if write_run else None)
+        self.run = TrainingRun(cfg, self.dist, cfg.path if write_run else None, self.algo)
         self.evaluator = TrainingEvaluator(cfg, self.dist, self.run)
         self.run_path = self.run.path
 
@@ -281,14 +280,12 @@ class SFT:
     # ------------------------------------------------------------------------------- checkpoints
     def state_dict(self, rng: list[Any] | None = None) -> dict[str, Any]:
         """What a PPO/GRPO checkpoint holds (so they and load_policy take it), with SFT's counters."""
-        return {
-            "algo": self.algo, "config": dataclasses.asdict(self.cfg), "policy": self.policy.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "counters": {"num_timesteps": 0, "num_updates": self.num_updates, "frames_seen": self.frames_seen},
-            "observation_space": self.policy.observation_space, "action_space": self.policy.action_space,
-            "contract": self.contract, "policy_name": self.cfg.policy.name, "policy_kwargs": dict(self.cfg.policy.kwargs),
-            "rng": rng, "extra": {"dataset": str(self.data.root), "last_loss": self.last_metrics.get("train/loss")},
-        }
+        return checkpoint_state(
+            self.algo, self.cfg, self.policy, policy_state=self.policy.state_dict(),
+            optimizer=self.optimizer.state_dict(),
+            counters={"num_timesteps": 0, "num_updates": self.num_updates, "frames_seen": self.frames_seen},
+            contract=self.contract, policy_name=self.cfg.policy.name, policy_kwargs=dict(self.cfg.policy.kwargs),
+            rng=rng, extra={"dataset": str(self.data.root), "last_loss": self.last_metrics.get("train/loss")})
 
     def load_state(self, state: dict[str, Any], restore_rng: bool = False) -> None:
         if state.get("algo") != self.algo:

@@ -19,7 +19,6 @@ the other hooks are optional.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import pathlib
 import random
@@ -39,7 +38,7 @@ from vla_gym.trainers.rollout.batch import index
 from vla_gym.trainers.rollout.buffer import RolloutBuffer
 from vla_gym.trainers.rollout.pipeline import PipelineError, check_stages
 from vla_gym.trainers.runtime.callbacks import Callback, CallbackList, as_callback, default_callbacks
-from vla_gym.trainers.runtime.checkpoint import rng_state, set_rng_state
+from vla_gym.trainers.runtime.checkpoint import checkpoint_state, rng_state, set_rng_state
 from vla_gym.trainers.runtime.contract import (
     ContractError,
     check_contract,
@@ -107,7 +106,7 @@ class OnPolicyAlgorithm(SB3Interface):
         np.random.seed(rank_seed % 2**32)
         random.seed(rank_seed)
         self._total_timesteps = cfg.total_timesteps
-        self.run = TrainingRun(cfg, self.dist, cfg.path if write_run else None)
+        self.run = TrainingRun(cfg, self.dist, cfg.path if write_run else None, self.algo)
         self.evaluator = TrainingEvaluator(cfg, self.dist, self.run)
         self.last_metrics: dict[str, float] = {}
         self.last_eval: dict[str, Any] | None = None
@@ -289,21 +288,13 @@ class OnPolicyAlgorithm(SB3Interface):
     def state_dict(self, rng: list[Any] | None = None) -> dict[str, Any]:
         """Everything a checkpoint holds (``rng``: every rank's RNG states, for a resume). Collective under
         ``distributed.strategy: fsdp`` (the whole parameters and optimizer state are gathered on rank 0)."""
-        return {
-            "algo": self.algo,
-            "config": dataclasses.asdict(self.cfg),
-            "policy": self.dist.full_state_dict(self.policy),
-            "optimizer": self.dist.full_optimizer_state_dict(self.policy, self.optimizer),
-            "counters": {"num_timesteps": self.num_timesteps, "num_updates": self.num_updates},
-            "observation_space": self.policy.observation_space,
-            "action_space": self.policy.action_space,
-            "contract": self.contract,
-            # how to rebuild the policy (None when it was passed in as an instance)
-            "policy_name": self.cfg.policy.name if self._policy_from_config else None,
-            "policy_kwargs": self._policy_kwargs() if self._policy_from_config else None,
-            "rng": rng,
-            "extra": self.extra_state(),
-        }
+        return checkpoint_state(
+            self.algo, self.cfg, self.policy, policy_state=self.dist.full_state_dict(self.policy),
+            optimizer=self.dist.full_optimizer_state_dict(self.policy, self.optimizer),
+            counters={"num_timesteps": self.num_timesteps, "num_updates": self.num_updates}, contract=self.contract,
+            policy_name=self.cfg.policy.name if self._policy_from_config else None,
+            policy_kwargs=self._policy_kwargs() if self._policy_from_config else None, rng=rng,
+            extra=self.extra_state())
 
     def load_state(self, state: dict[str, Any], restore_rng: bool = False) -> None:
         """Restore policy, optimizer, counters (and this rank's RNG states) from a checkpoint dict (whose contract

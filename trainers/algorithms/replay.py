@@ -107,24 +107,3 @@ class FeatureReplay:
         self.size, self.position = size, int(state["position"])
         self.episodes, self.successes = int(state["episodes"]), int(state["successes"])
 
-
-def sample_mixed(online: FeatureReplay, demos: FeatureReplay | None, batch_size: int, demo_fraction: float,
-                 generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """A batch of which ``round(demo_fraction x batch_size)`` rows come from ``demos`` (RLPD's symmetric sampling
-    at 0.5: Ball et al. 2023) and the rest from ``online``; just ``online`` when ``demos`` is None or empty. Its
-    ``from_demos`` marks the demo rows with 1 (the trainer logs their share).
-
-    >>> online, demos = (FeatureReplay(10, 1, (1,), 0.9, 1) for _ in range(2))
-    >>> _ = online.add_episode(torch.zeros(4, 1), torch.zeros(4, 1), torch.zeros(4, 1), success=False)
-    >>> _ = demos.add_episode(torch.ones(4, 1), torch.ones(4, 1), torch.ones(4, 1), success=True)
-    >>> batch = sample_mixed(online, demos, 8, 0.25, torch.Generator().manual_seed(0))
-    >>> batch["features"].sum().item(), batch["from_demos"].tolist()
-    (2.0, [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
-    """
-    take = min(round(demo_fraction * batch_size), batch_size) if demos is not None and len(demos) else 0
-    parts = [demos.sample(take, generator)] if take else []
-    if take < batch_size:
-        parts.append(online.sample(batch_size - take, generator))
-    batch = {name: torch.cat([part[name] for part in parts]) for name in FIELDS}
-    batch["from_demos"] = (torch.arange(batch_size) < take).float()
-    return batch

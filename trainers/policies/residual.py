@@ -17,11 +17,6 @@ cache of encoded frames (a rollout's frames are read twice: to act, then for the
 parameters; the base is rebuilt from ``base_checkpoint`` (a path relative to the working directory or to the
 repository), so a residual model is a few MB beside the base it names. ``trainers/residual.py`` trains it with
 critics (off-policy, :mod:`vla_gym.trainers.algorithms.residual_td3`).
-
-``task_gates`` (``{instruction: gate}``) scales the residual per task when acting: 0 keeps the base alone on a task
-(the trainer's :class:`~vla_gym.trainers.algorithms.task_guard.TaskGuard` writes them into the saved policy);
-instructions not listed keep the whole residual. ``base_only = True`` acts as the base (with the same noise): the
-guard's control episodes.
 """
 from __future__ import annotations
 
@@ -67,7 +62,6 @@ class ResidualPolicy(TrainableStateMixin, DistributionPolicy):
         log_std_init: float = math.log(0.05),
         noise: str = "step",
         feature_cache: int = 512,
-        task_gates: dict[str, float] | None = None,
     ):
         super().__init__(observation_space, action_space)
         from vla_gym.trainers.runtime.checkpoint import load_policy  # runtime imports the policy registry
@@ -75,8 +69,6 @@ class ResidualPolicy(TrainableStateMixin, DistributionPolicy):
         if not scale > 0:
             raise ValueError(f"policy.kwargs.scale={scale}: the residual's bound per action dimension must be > 0")
         self.scale = float(scale)
-        self.task_gates = {str(key): float(value) for key, value in (task_gates or {}).items()}
-        self.base_only = False
         self.base = load_policy(find_base_checkpoint(base_checkpoint)).requires_grad_(False).eval()
         if hasattr(self.base, "feature_cache"):  # a rollout's frames, read twice (act, then the replay's features)
             self.base.feature_cache = FeatureCache(feature_cache)
@@ -121,20 +113,9 @@ class ResidualPolicy(TrainableStateMixin, DistributionPolicy):
         """Base plus residual, clipped to what the env executes (the critic scores executed actions)."""
         return self.executed_actions(base_action + self.residual(features, base_action))
 
-    def gates(self, obs: Obs, rows: int) -> torch.Tensor | None:
-        """The residual's weight per row ``[B, 1, ...]`` when acting (``task_gates``, ``base_only``), or None: all 1."""
-        if self.base_only:
-            return torch.zeros(rows, *([1] * len(self.action_shape)))
-        if not self.task_gates or "instruction" not in obs:
-            return None
-        weights = [self.task_gates.get(str(text), 1.0) for text in obs["instruction"]]
-        return torch.tensor(weights).view(rows, *([1] * len(self.action_shape)))
-
     def _heads(self, obs: Obs):
         features, base_action = self.base_outputs(obs)
-        residual = self.residual(features, base_action)
-        gates = self.gates(obs, len(base_action))
-        mean = base_action + (residual if gates is None else gates.to(residual) * residual)
+        mean = base_action + self.residual(features, base_action)
         head = self.action_head
         gaussian = ChunkGaussian if head.noise == "chunk" else DiagGaussian
         return gaussian(mean, head.log_std), None

@@ -95,6 +95,27 @@ def atomic_save(state: dict[str, Any], path: str | os.PathLike) -> pathlib.Path:
     return _write_and_rename(path, path.with_name(path.name + ".tmp"), lambda handle: torch.save(state, handle))
 
 
+def checkpoint_state(algo: str, cfg, policy, *, policy_state: dict[str, Any], optimizer: Any, counters: dict[str, int],
+                     contract: dict[str, Any], policy_name: str | None, policy_kwargs: dict[str, Any] | None,
+                     rng: list[Any] | None, **extra: Any) -> dict[str, Any]:
+    """The one checkpoint format every trainer writes: what the run was (``algo``; its config with only that
+    algorithm's section; the policy's spaces and the env ``contract`` it was trained on; ``policy_name`` and
+    ``policy_kwargs`` to rebuild it, None when it was passed in as an instance), the trained state
+    (``policy_state``, ``optimizer``), ``counters``, every rank's ``rng`` and the algorithm's own ``extra`` entries
+    (PPO/GRPO's ``extra``, residual RL's ``td3`` critics, ...). :func:`load_policy` and ``trainers/eval.py`` read any
+    of them.
+
+        state = checkpoint_state("sft", cfg, policy, policy_state=policy.state_dict(), optimizer=opt.state_dict(),
+                                 counters={"num_updates": 3}, contract=contract, policy_name=cfg.policy.name,
+                                 policy_kwargs=dict(cfg.policy.kwargs), rng=None)
+    """
+    from vla_gym.trainers.runtime.config import config_dict  # config imports the policies that import this module
+
+    return {"algo": algo, "config": config_dict(cfg, algo), "policy": policy_state, "optimizer": optimizer,
+            "counters": counters, "observation_space": policy.observation_space, "action_space": policy.action_space,
+            "contract": contract, "policy_name": policy_name, "policy_kwargs": policy_kwargs, "rng": rng, **extra}
+
+
 #: what a checkpoint needs to be evaluated and to start another run (no optimizer, RNG states or extras)
 POLICY_KEYS = ("algo", "config", "policy", "observation_space", "action_space", "policy_name", "policy_kwargs",
                "contract")

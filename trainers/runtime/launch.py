@@ -18,7 +18,6 @@ is removed.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 
 import yaml
@@ -26,7 +25,7 @@ import yaml
 from vla_gym.core.errors import MissingSimulatorError, RenderingUnavailableError
 from vla_gym.runtime.cli_args import parser_with_examples
 from vla_gym.trainers.runtime.checkpoint import CheckpointError
-from vla_gym.trainers.runtime.config import ConfigError, load_config
+from vla_gym.trainers.runtime.config import ConfigError, config_dict, load_config
 from vla_gym.trainers.runtime.config_checks import check_config, explain_setup_error
 from vla_gym.trainers.runtime.contract import ContractError
 from vla_gym.trainers.runtime.distributed import Distributed
@@ -46,16 +45,16 @@ def parse_args(argv: list[str] | None, description: str, script: str = "trainers
     return parser.parse_args(argv)
 
 
-def resolve_config(args: argparse.Namespace):
+def resolve_config(args: argparse.Namespace, algo: str | None = None):
     """``(config, None)`` for a trainer's command line, or ``(None, exit code)`` once a config error or
-    ``--print-config`` has been printed."""
+    ``--print-config`` has been printed (with only ``algo``'s section of the algorithms')."""
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return None, 2
     if args.print_config:
-        print(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+        print(yaml.safe_dump(config_dict(cfg, algo), sort_keys=False))
         return None, 0
     return cfg, None
 
@@ -67,7 +66,7 @@ def train_main(algo_cls, argv: list[str] | None = None) -> int:
     description = getattr(algo_cls, "cli_description", f"Train with {algo_cls.__name__} (see docs/trainers.md)")
     script = f"trainers/{algo_cls.algo}.py"
     example = getattr(algo_cls, "cli_example_config", "examples/configs/cartpole_ppo.yaml")
-    cfg, exit_code = resolve_config(parse_args(argv, description, script, example))
+    cfg, exit_code = resolve_config(parse_args(argv, description, script, example), algo_cls.algo)
     if cfg is None:
         return exit_code
     try:

@@ -30,14 +30,15 @@ import torch
 from vla_gym.runtime.cli_args import first_missing_folder
 from vla_gym.runtime.receipt import receipt
 from vla_gym.trainers.runtime.checkpoint import Checkpointer, atomic_write_text, load_checkpoint
-from vla_gym.trainers.runtime.config import Config, save_config
+from vla_gym.trainers.runtime.config import Config, config_dict, save_config
 from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.logger import RunLogger
 
 
 class TrainingRun:
-    def __init__(self, cfg: Config, dist: Distributed, path: pathlib.Path | None):
-        self.cfg, self.dist, self.path = cfg, dist, path
+    def __init__(self, cfg: Config, dist: Distributed, path: pathlib.Path | None, algo: str | None = None):
+        #: ``algo``: the algorithm whose section of the config the run writes (config.yaml, TensorBoard hparams)
+        self.cfg, self.dist, self.path, self.algo = cfg, dist, path, algo
         self.checkpointer = Checkpointer(path / "checkpoints", cfg.checkpoint.keep_last) if path else None
         self.logger: RunLogger | None = None
         self.start_time = time.perf_counter()
@@ -74,7 +75,7 @@ class TrainingRun:
         if self.dist.is_main:
             self._created = first_missing_folder(self.path)
             self.path.mkdir(parents=True, exist_ok=True)
-            save_config(self.cfg, self.path / "config.yaml")
+            save_config(self.cfg, self.path / "config.yaml", self.algo)
             self._write_receipt()
 
     def _find_resume(self, map_location) -> tuple[pathlib.Path, dict[str, Any]] | None:
@@ -148,7 +149,7 @@ class TrainingRun:
         if self.path is not None:
             self.logger = RunLogger(
                 self.cfg.logging, self.path, enabled=self.dist.is_main, total_steps=total_steps,
-                initial_step=initial_step, run_name=self.cfg.name, config=dataclasses.asdict(self.cfg),
+                initial_step=initial_step, run_name=self.cfg.name, config=config_dict(self.cfg, self.algo),
             )
         elif self.cfg.logging.progress_bar:
             quiet = dataclasses.replace(self.cfg.logging, tensorboard=False)
