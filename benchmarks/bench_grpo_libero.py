@@ -17,6 +17,9 @@
    ``OffScreenRenderEnv`` in as many spawned processes, each stepping 8 random actions per chunk and rendering
    the same cameras once per chunk, episodes of the same length reset the way LIBERO's evaluation does
    (``reset``, ``set_init_state``, 10 no-op steps). Repeated ``--repeats`` times, alternating.
+
+``--quick`` (CI: it runs, nothing is measured at this size): one env, groups of 2, tiny episodes at 32 px, one repeat,
+and GRPO's env in this process (``--vectorization sync``; raw LIBERO still runs in a spawned process).
 """
 from __future__ import annotations
 
@@ -42,13 +45,15 @@ class SceneLoadStats(gym.Wrapper):
         return backend.scene_loads, backend.scene_load_seconds
 
 
-def make_grpo(env_id: str, num_envs: int, group_size: int, groups: int, env_kwargs: dict, seed: int = 0):
+def make_grpo(env_id: str, num_envs: int, group_size: int, groups: int, env_kwargs: dict, seed: int = 0,
+              vectorization: str = "async"):
     import vla_gym
     from vla_gym.trainers import GRPO
     from vla_gym.wrappers import ActionChunk
 
-    envs = vla_gym.make_vec(env_id, num_envs, wrappers=[{"name": "ActionChunk", "kwargs": {"chunk_size": CHUNK}},
-                                                        SceneLoadStats], **env_kwargs)
+    envs = vla_gym.make_vec(env_id, num_envs, vectorization=vectorization,
+                            wrappers=[{"name": "ActionChunk", "kwargs": {"chunk_size": CHUNK}}, SceneLoadStats],
+                            **env_kwargs)
     assert envs.single_action_space.shape == (CHUNK, 7), ActionChunk
     grpo = GRPO("mlp", envs, seed=seed, group_size=group_size, groups_per_update=groups, n_epochs=1,
                 batch_size=256, policy_kwargs={"hidden_sizes": [64, 64], "critic": False})
@@ -78,7 +83,8 @@ def rebuild_share(args) -> dict:
     env_kwargs = {"cameras": args.cameras, "image_size": args.image_size}
     if args.max_episode_steps:
         env_kwargs["max_episode_steps"] = args.max_episode_steps
-    grpo, envs = make_grpo("VLA/Libero130-v0", args.num_envs, args.group_size, args.groups, env_kwargs)
+    grpo, envs = make_grpo("VLA/Libero130-v0", args.num_envs, args.group_size, args.groups, env_kwargs,
+                           vectorization=args.vectorization)
     try:
         rows = run_updates(grpo, envs, args.updates)
     finally:
@@ -162,7 +168,8 @@ def throughput(args) -> dict:
     env_kwargs = {"cameras": args.cameras, "image_size": args.image_size, "task_id": 0,
                   "max_episode_steps": args.episode_steps}
     # one update = group_size x groups episodes of episode_steps env steps
-    grpo, envs = make_grpo("VLA/LiberoObject-v0", args.num_envs, args.group_size, args.groups, env_kwargs)
+    grpo, envs = make_grpo("VLA/LiberoObject-v0", args.num_envs, args.group_size, args.groups, env_kwargs,
+                           vectorization=args.vectorization)
     steps = args.group_size * args.groups * args.episode_steps // args.num_envs  # per raw process: the same work
     raw, ours = [], []
     try:
@@ -196,12 +203,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cameras", nargs="+", default=["main"])
     parser.add_argument("--image-size", type=int, default=128)
-    parser.add_argument("--quick", action="store_true", help="short form for CI: tiny episodes, one repeat")
+    parser.add_argument("--vectorization", choices=["async", "sync"], default="async",
+                        help="GRPO's vector env: spawned worker processes (async), or in this process (sync)")
+    parser.add_argument("--quick", action="store_true", help="short form for CI: tiny episodes, one repeat, sync")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args(argv)
     if args.quick:
         args.num_envs, args.group_size, args.groups, args.updates, args.repeats = 1, 2, 1, 2, 1
         args.max_episode_steps, args.episode_steps, args.image_size = 16, 16, 32
+        args.vectorization = "sync"
     results = {}
     if args.only in (None, "rebuild"):
         results["rebuild"] = rebuild_share(args)

@@ -2,7 +2,8 @@
 
     python benchmarks/bench_grpo_maniskill.py                                  # PPO 4 min, GRPO 15 min, 2 evals
     python benchmarks/bench_grpo_maniskill.py --checkpoint runs/x/checkpoints/ckpt_00000040.pt
-    python benchmarks/bench_grpo_maniskill.py --ppo-minutes 1 --grpo-minutes 1 --episodes 10   # short form (CI)
+    python benchmarks/bench_grpo_maniskill.py --ppo-minutes 1 --grpo-minutes 1 --episodes 10   # a short run
+    python benchmarks/bench_grpo_maniskill.py --quick                          # short form (CI), under a minute
     python benchmarks/bench_grpo_maniskill.py --plot docs/figures/grpo_maniskill_pushcube.png --json grpo.json
 
 1. a partly trained policy: ``--checkpoint``, or PPO (examples/configs/maniskill_pushcube_ppo.yaml, 2 torchrun
@@ -12,6 +13,11 @@
    the score, no critic, KL to the initial policy) from that checkpoint for ``--grpo-minutes``, with an
    evaluation of 40 other seeds every 5 updates;
 4. ``trainers/eval.py`` on GRPO's last checkpoint with the same seeds as step 2.
+
+``--quick`` (CI: it runs and reports, nothing is claimed) runs the same four steps with the same entry points and
+configs, each called in this process (``--in-process``: one interpreter, ManiSkill imported once, no torchrun) and
+shrunk by overrides (``QUICK_PPO``, ``QUICK_GRPO``): 2 envs, two PPO updates, one GRPO update of one group of 2 with
+one 2-episode evaluation, and 2 evaluation episodes before and after.
 """
 from __future__ import annotations
 
@@ -26,16 +32,32 @@ from vla_gym.trainers.evaluation.stats import rate_with_interval, success_counts
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+#: --quick: the overrides that shrink each training run to a few seconds (after the script's own)
+QUICK_PPO = ["env.num_envs=2", "ppo.n_steps=25", "ppo.batch_size=50", "ppo.n_epochs=1", "total_timesteps=100",
+             "checkpoint.every=1"]
+QUICK_GRPO = ["env.num_envs=2", "grpo.group_size=2", "grpo.groups_per_update=1", "grpo.batch_size=100",
+              "grpo.n_epochs=1", "total_timesteps=1", "eval.every=1", "eval.episodes=2", "checkpoint.every=1"]
 
 
-def run(command: list[str]) -> None:
-    print("running:", " ".join(command[1:]), flush=True)
-    subprocess.run(command, cwd=ROOT, check=True)
+def run(command: list[str], in_process: bool = False) -> None:
+    """``torchrun ... trainers/<name>.py ARGS``; ``in_process``: the same script's ``main(ARGS)`` in this process."""
+    index = next(i for i, part in enumerate(command) if part.startswith("trainers/"))
+    if not in_process:
+        print("running:", " ".join(command[1:]), flush=True)
+        subprocess.run(command, cwd=ROOT, check=True)
+        return
+    print("running in this process:", " ".join(command[index:]), flush=True)
+    import importlib
+
+    module = importlib.import_module("vla_gym.trainers." + pathlib.Path(command[index]).stem)
+    code = module.main(command[index + 1:])
+    if code:
+        raise SystemExit(f"{command[index]} exited with {code}")
 
 
-def evaluate(checkpoint: pathlib.Path, out: pathlib.Path, episodes: int) -> dict:
+def evaluate(checkpoint: pathlib.Path, out: pathlib.Path, episodes: int, in_process: bool = False) -> dict:
     run([*TORCHRUN, "trainers/eval.py", "--checkpoint", str(checkpoint), "--out", str(out),
-         "--episodes-per-task", str(episodes), "--num-envs", "2", "--seed", "500000"])
+         "--episodes-per-task", str(episodes), "--num-envs", "2", "--seed", "500000"], in_process)
     return json.loads((out / "eval.json").read_text())["summary"]["overall"]
 
 
@@ -49,7 +71,7 @@ def eval_curve(run_dir: pathlib.Path) -> list[tuple[int, float]]:
     return [(e.step, e.value) for e in accumulator.Scalars("eval/success_rate")]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = script_parser(__doc__)
     parser.add_argument("--checkpoint", help="start from this PPO checkpoint instead of training one")
     parser.add_argument("--ppo-minutes", type=float, default=4.0)
@@ -58,22 +80,34 @@ def main() -> None:
     parser.add_argument("--workdir")
     parser.add_argument("--plot")
     parser.add_argument("--json")
-    args = parser.parse_args()
+    parser.add_argument("--in-process", action="store_true",
+                        help="call each step's entry point in this process (one process) instead of under torchrun")
+    parser.add_argument("--quick", action="store_true",
+                        help="short form (CI): --in-process, tiny runs, 2 evaluation episodes; nothing is claimed")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.in_process, args.episodes = True, 2
     workdir = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="bench_grpo_"))
+    if args.in_process:
+        import torch
 
+        torch.set_num_threads(1)  # as torchrun's OMP_NUM_THREADS=1 does for its ranks
+
+    ppo_size, grpo_size = ((QUICK_PPO, QUICK_GRPO) if args.quick else
+                           ([f"time_limit_s={args.ppo_minutes * 60}"], [f"time_limit_s={args.grpo_minutes * 60}"]))
     checkpoint = pathlib.Path(args.checkpoint) if args.checkpoint else None
     if checkpoint is None:
         run([*TORCHRUN, "trainers/ppo.py", "--config", "examples/configs/maniskill_pushcube_ppo.yaml",
-             f"run_dir={workdir}", "name=ppo", f"time_limit_s={args.ppo_minutes * 60}", "eval.episodes=0",
-             "checkpoint.resume=null", "logging.progress_bar=false"])
+             f"run_dir={workdir}", "name=ppo", *ppo_size, "eval.episodes=0", "checkpoint.resume=null",
+             "logging.progress_bar=false"], args.in_process)
         checkpoint = max((workdir / "ppo" / "checkpoints").glob("ckpt_*.pt"))
-    before = evaluate(checkpoint, workdir / "eval_before", args.episodes)
+    before = evaluate(checkpoint, workdir / "eval_before", args.episodes, args.in_process)
 
     run([*TORCHRUN, "trainers/grpo.py", "--config", "examples/configs/maniskill_pushcube_grpo.yaml",
-         f"run_dir={workdir}", "name=grpo", f"grpo.init_checkpoint={checkpoint}", f"time_limit_s={args.grpo_minutes * 60}",
-         "checkpoint.resume=null", "logging.progress_bar=false"])
+         f"run_dir={workdir}", "name=grpo", f"grpo.init_checkpoint={checkpoint}", *grpo_size,
+         "checkpoint.resume=null", "logging.progress_bar=false"], args.in_process)
     after_checkpoint = max((workdir / "grpo" / "checkpoints").glob("ckpt_*.pt"))
-    after = evaluate(after_checkpoint, workdir / "eval_after", args.episodes)
+    after = evaluate(after_checkpoint, workdir / "eval_after", args.episodes, args.in_process)
     curve = eval_curve(workdir / "grpo")
 
     print(f"\n| PushCube, {before['episodes']} evaluation seeds (deterministic) | success rate [95 % CI] | "
@@ -81,7 +115,8 @@ def main() -> None:
     print("|---|---:|---:|")
     print(f"| PPO checkpoint ({checkpoint.name}) | {rate_with_interval(*(success_counts(before) or (0, 0)))} | "
           f"{before['mean_return']:.2f} |")
-    print(f"| + GRPO, {args.grpo_minutes:g} min ({after_checkpoint.name}) | "
+    grpo_run = "one quick update" if args.quick else f"{args.grpo_minutes:g} min"
+    print(f"| + GRPO, {grpo_run} ({after_checkpoint.name}) | "
           f"{rate_with_interval(*(success_counts(after) or (0, 0)))} | {after['mean_return']:.2f} |")
     results = {"checkpoint": str(checkpoint), "before": before, "after": after, "grpo_eval_curve": curve,
                "workdir": str(workdir)}
@@ -106,6 +141,7 @@ def main() -> None:
         print(f"curve: {args.plot}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=1))
+    return results
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """ManiSkill3 PushCube from state (end-effector delta control): vla_gym's PPO next to Stable-Baselines3's.
 
     python benchmarks/bench_ppo_maniskill.py                      # 15 + 15 minutes on a 2-core machine
-    python benchmarks/bench_ppo_maniskill.py --minutes 2 --skip-sb3   # short form (CI): it runs, nothing is claimed
+    python benchmarks/bench_ppo_maniskill.py --minutes 2 --skip-sb3   # a short run
+    python benchmarks/bench_ppo_maniskill.py --quick --skip-sb3      # short form (CI): it runs, nothing is claimed
     python benchmarks/bench_ppo_maniskill.py --plot docs/figures/ppo_maniskill_pushcube.png --json pushcube.json
 
 vla_gym: ``torchrun --nproc_per_node=2 trainers/ppo.py --config examples/configs/maniskill_pushcube_ppo.yaml``
@@ -13,6 +14,10 @@ reference figure, 0.80 after 28 minutes), plus 20 deterministic evaluation episo
 
 Reported: minutes and env steps until evaluation success first reaches 0.8, final evaluation success, env
 steps per second. The numbers depend on the machine's load: run it on an otherwise idle machine.
+
+``--quick`` (CI) calls ``trainers/ppo.py``'s ``main`` in this process instead of under torchrun (``--in-process``)
+with overrides (``QUICK``) for two updates of 2 envs, an evaluation of 2 episodes after each, and gives SB3 (unless
+``--skip-sb3``) 3 seconds.
 """
 from __future__ import annotations
 
@@ -32,6 +37,9 @@ from vla_gym.trainers.evaluation.stats import rate_with_interval, success_counts
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ENV_ID = "VLA/ManiSkill-PushCube-v0"
 CONFIG = "examples/configs/maniskill_pushcube_ppo.yaml"
+#: --quick: two updates of 2 envs, 2 evaluation episodes after each (after the script's own overrides)
+QUICK = ["env.num_envs=2", "ppo.n_steps=25", "ppo.batch_size=50", "ppo.n_epochs=1", "total_timesteps=100",
+         "time_limit_s=null", "eval.every=1", "eval.episodes=2", "checkpoint.every=1"]
 
 
 def scalars(run: pathlib.Path, *keys: str) -> dict[str, list[tuple[int, float]]]:
@@ -43,15 +51,22 @@ def scalars(run: pathlib.Path, *keys: str) -> dict[str, list[tuple[int, float]]]
     return {key: [(e.step, e.value) for e in accumulator.Scalars(key)] if key in tags else [] for key in keys}
 
 
-def run_ours(minutes: float, workdir: pathlib.Path, extra: list[str]) -> dict:
+def run_ours(minutes: float, workdir: pathlib.Path, extra: list[str], in_process: bool = False) -> dict:
     # the config's total_timesteps (its learning rate decays to 0 there), cut at the wall-clock budget
     overrides = [f"run_dir={workdir}", "name=vla_gym", f"time_limit_s={minutes * 60}", "eval.every=13",
                  "eval.episodes=20", "eval.video=false", "logging.progress_bar=false", "checkpoint.resume=null", *extra]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                "trainers/ppo.py", "--config", CONFIG, *overrides]
-    print("running:", " ".join(command[1:]), flush=True)
     start = time.perf_counter()
-    subprocess.run(command, cwd=ROOT, check=True)
+    if in_process:  # the same entry point and arguments, one process
+        from vla_gym.trainers.ppo import main as ppo_main
+
+        print("running in this process: trainers/ppo.py", " ".join(command[6:]), flush=True)
+        if ppo_main(command[6:]):
+            raise SystemExit("trainers/ppo.py failed")
+    else:
+        print("running:", " ".join(command[1:]), flush=True)
+        subprocess.run(command, cwd=ROOT, check=True)
     seconds = time.perf_counter() - start
     run = workdir / "vla_gym"
     data = scalars(run, "eval/success_rate", "eval/elapsed_s", "env/success_once", "time/elapsed_s", "time/total_fps")
@@ -158,7 +173,7 @@ def plot(results: dict, path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = script_parser(__doc__)
     parser.add_argument("--minutes", type=float, default=15.0, help="wall-clock budget of each implementation")
     parser.add_argument("--skip-sb3", action="store_true")
@@ -167,12 +182,23 @@ def main() -> None:
     parser.add_argument("--workdir", help="where vla_gym's run goes (default: a temporary directory)")
     parser.add_argument("--plot")
     parser.add_argument("--json")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run vla_gym's trainer in this process (one process) instead of under torchrun")
+    parser.add_argument("--quick", action="store_true", help="short form (CI): --in-process, two tiny updates, "
+                        "2 evaluation episodes, SB3 for 3 seconds; nothing is claimed")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for vla_gym's run")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.quick:
+        args.in_process, args.minutes, args.overrides = True, 0.05, [*QUICK, *args.overrides]
+    if args.in_process:
+        import torch
+
+        torch.set_num_threads(1)  # as OMP_NUM_THREADS=1 does for torchrun's ranks
 
     workdir = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="bench_pushcube_"))
-    results = {"minutes": args.minutes, "vla_gym": run_ours(args.minutes, workdir, args.overrides)}
+    results = {"minutes": args.minutes,
+               "vla_gym": run_ours(args.minutes, workdir, args.overrides, args.in_process)}
     if args.sb3_from:
         results["sb3"] = json.loads(pathlib.Path(args.sb3_from).read_text())["sb3"]
     elif not args.skip_sb3:
@@ -181,7 +207,8 @@ def main() -> None:
     print(f"\n| PushCube, {args.minutes:g} min budget | env steps/s | env steps | eval success reaches 0.8 "
           "(min / env steps) | final eval success [95 % CI] | final eval episodes |")
     print("|---|---:|---:|---|---:|---:|")
-    for name, label, key in (("vla_gym", "vla_gym PPO, 2 torchrun processes", "evals"),
+    ours = "vla_gym PPO, " + ("in one process" if args.in_process else "2 torchrun processes")
+    for name, label, key in (("vla_gym", ours, "evals"),
                              ("sb3", "SB3 PPO, 2 subprocess envs", "train")):
         if name not in results:
             continue
@@ -199,6 +226,7 @@ def main() -> None:
         print(f"curves: {args.plot}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=1))
+    return results
 
 
 if __name__ == "__main__":

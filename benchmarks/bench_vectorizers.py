@@ -1,7 +1,8 @@
 """Throughput of the same vla_gym envs under vla_gym.make_vec, gymnasium AsyncVectorEnv and SB3 SubprocVecEnv.
 
     python benchmarks/bench_vectorizers.py                 # LIBERO + ManiSkill, 2 and 4 envs, chunks of 1 and 4
-    python benchmarks/bench_vectorizers.py --quick         # ManiSkill state, 2 envs, a few steps (CI)
+    python benchmarks/bench_vectorizers.py --quick         # ManiSkill state, 2 envs, a few steps
+    python benchmarks/bench_vectorizers.py --quick --num-envs 1   # the same with one env each (CI)
     nice -n 10 python benchmarks/bench_vectorizers.py --families maniskill --num-envs 4 --sequential
 
 Configs (one camera so that a 2-core machine finishes; the same for every vectorizer):
@@ -211,7 +212,7 @@ def table(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = script_parser(__doc__)
     parser.add_argument("--families", default="libero,maniskill", help=f"comma list from {list(CONFIGS)}")
-    parser.add_argument("--num-envs", default="2,4")
+    parser.add_argument("--num-envs", default=None, help="comma list (default 2,4; --quick 2)")
     parser.add_argument("--chunks", default="1,4")
     parser.add_argument("--steps", type=int, default=10, help="timed vector steps per block")
     parser.add_argument("--rounds", type=int, default=None,
@@ -220,10 +221,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--vectorizers", default=",".join(VECTORIZERS))
     parser.add_argument("--sequential", action="store_true",
                         help="one vector env alive at a time (rebuilt every round): for memory-bound machines")
-    parser.add_argument("--quick", action="store_true", help="ManiSkill state, 2 envs, chunk 1, 2 blocks of 5 steps")
+    parser.add_argument("--quick", action="store_true",
+                        help="ManiSkill state, 2 envs (unless --num-envs), chunk 1, 2 blocks of 5 steps")
     args = parser.parse_args(argv)
     if args.quick:
-        args.families, args.num_envs, args.chunks, args.steps = "maniskill-state", "2", "1", 5
+        args.families, args.num_envs, args.chunks, args.steps = "maniskill-state", args.num_envs or "2", "1", 5
+    args.num_envs = args.num_envs or "2,4"
     if args.rounds is None:
         args.rounds = 2 if args.quick else 6
     if args.rounds < 1 or args.steps < 1:

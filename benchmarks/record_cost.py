@@ -2,7 +2,8 @@
 
     python benchmarks/record_cost.py                                  # 128 px, main + wrist, 3 repeats
     python benchmarks/record_cost.py --json benchmarks/results/record_cost.json      # the docs' figures
-    python benchmarks/record_cost.py --image-size 32 --repeats 1      # short form (CI): it runs, nothing is claimed
+    python benchmarks/record_cost.py --image-size 32 --repeats 1      # a short run
+    python benchmarks/record_cost.py --quick                          # short form (CI): it runs, nothing is claimed
 
 Two episodes of LIBERO-Object task 1 from init state 0 under action chunks of 8 (as the miniature configs play
 them): the scripted expert's success (about 90 steps) and a failure of the same length (the arm held still). Each is
@@ -11,10 +12,12 @@ policy sees), recorded with every frame rendered at once (``RecordEpisodes``), a
 ``successes_only=True`` (the skipped frames kept as poses and rendered only when the episode ends a success;
 ``trainers/eval.py --record-dataset DIR --successes-only`` and ``trainers/rft.py`` record this way). Resets are not
 timed. Prints milliseconds per env step and the ratio to the unrecorded play; ``--json`` writes them with the
-command and the load average when it started.
+command and the load average when it started. ``--quick`` (CI): the success episode only, each way once without a
+warm-up, main camera at 32 px (``--image-size 32 --cameras main --repeats 1 --outcomes success --no-warmup``).
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -62,8 +65,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image-size", type=int, default=128)
     parser.add_argument("--cameras", nargs="+", default=["main", "wrist"])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--outcomes", default="success,failure", help="which episodes to play (comma list)")
+    parser.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
+                        help="play each episode once recorded, untimed, before the timed ones")
+    parser.add_argument("--quick", action="store_true", help="short form (CI): one play each way of the success, "
+                        "no warm-up, main camera at 32 px")
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.image_size, args.cameras, args.repeats, args.outcomes, args.warmup = 32, ["main"], 1, "success", False
+    outcomes = args.outcomes.split(",")
+    if not outcomes or set(outcomes) - {"success", "failure"}:
+        parser.error(f"--outcomes {args.outcomes}: a comma list of success, failure")
     import gymnasium as gym
 
     import vla_gym  # noqa: F401
@@ -73,10 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         success = expert_actions(env)
         episodes = {"success": success, "failure": np.zeros_like(success)}
+        episodes = {outcome: episodes[outcome] for outcome in outcomes}
         seconds = {(outcome, mode): [] for outcome in episodes for mode in MODES}
         with tempfile.TemporaryDirectory() as staging:
             for outcome, actions in episodes.items():
-                play(env, actions, "recorded", staging)  # warm-up: renderer, PNG encoder
+                if args.warmup:
+                    play(env, actions, "recorded", staging)  # warm-up: renderer, PNG encoder
                 for _ in range(args.repeats):
                     for mode in MODES:
                         seconds[outcome, mode].append(play(env, actions, mode, staging))
@@ -95,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{outcome:<9} {mode:<26} {rows[-1]['ms_per_step']:>8.2f} {rows[-1]['ratio']:>13.2f}")
     if args.json:
         write_results(args.json, {"rows": rows, "image_size": args.image_size, "cameras": args.cameras,
-                                  "repeats": args.repeats, "load_average_at_start": round(load, 2),
+                                  "repeats": args.repeats, "warmup": args.warmup,
+                                  "load_average_at_start": round(load, 2),
                                   "command": "python benchmarks/record_cost.py " + " ".join(argv or sys.argv[1:])})
         print(f"wrote {args.json}")
     return 0

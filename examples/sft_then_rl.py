@@ -54,6 +54,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--groups", type=int, default=4, help="GRPO: groups (initial states) per update")
     parser.add_argument("--lr", type=float, default=5e-5, help="RL learning rate (Adam moves the small heads fast)")
     parser.add_argument("--num-envs", type=int, default=2, help="envs, each in its own worker process")
+    parser.add_argument("--max-episode-steps", type=int, default=None,
+                        help="cut SFT's, GRPO's and the evaluations' episodes to this many steps (a short form; the "
+                             "demos keep the whole episodes the expert needs)")
     parser.add_argument("--log-std", type=float, default=-1.6, help="exploration noise (log std) for RL")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/sft_then_rl")
@@ -65,7 +68,8 @@ def commands(args: argparse.Namespace, out: pathlib.Path) -> dict[str, list[str]
     size = args.image_size
     vectorization = "async" if args.num_envs > 1 else "sync"  # one env: no worker process to start
     same_env_and_policy = [f"env.id={args.env}", f"env.kwargs.image_size={size}", "policy.kwargs.image_size=null",
-                           f"seed={args.seed}", f"run_dir={out}", "checkpoint.resume=auto"]
+                           f"seed={args.seed}", f"run_dir={out}", "checkpoint.resume=auto",
+                           *([f"env.kwargs.max_episode_steps={args.max_episode_steps}"] if args.max_episode_steps else [])]
     evaluate = ["python", "trainers/eval.py", "--episodes-per-task", str(args.eval_episodes), "--num-envs",
                 str(args.num_envs), f"env.vectorization={vectorization}", "env.kwargs.reward_mode=normalized_dense"]
     return {

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import importlib.util
 import json
 import pathlib
 import subprocess
@@ -212,6 +213,10 @@ def test_recording_then_checking_in_a_fresh_process_replays_identically(tmp_path
 
 @pytest.mark.slow
 def test_quick_canary_passes_through_the_cli_and_replays_identically(tmp_path, shipped):
+    """Every suite's quick case OK. The MuJoCo (LIBERO) cases replay to the last bit; PhysX (ManiSkill) does not
+    across CPU models (its SIMD paths differ): a ManiSkill case recorded on another CPU drifts a little, within the
+    tolerance (0.13 mm measured on an AMD EPYC against the shipped recording), and replays identically on the CPU
+    that recorded it (test_recording_then_checking_in_a_fresh_process_replays_identically)."""
     meta, _ = shipped
     done = run_canary("--quick", "--json", str(tmp_path / "canary.json"))
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
@@ -220,7 +225,12 @@ def test_quick_canary_passes_through_the_cli_and_replays_identically(tmp_path, s
         assert "OK" in line_of(done.stdout, case["key"]).split()
     report = json.loads((tmp_path / "canary.json").read_text())
     assert [r["key"] for r in report["results"]] == [c["key"] for c in quick]
-    assert all(r["identical"] and r["robot_drift_m"] == r["object_drift_m"] == 0.0 for r in report["results"])
+    suites = {c["key"]: c["suite"] for c in quick}
+    for r in report["results"]:
+        if suites[r["key"]] == "maniskill":
+            assert max(r["robot_drift_m"], r["object_drift_m"]) < 1e-3, r
+        else:
+            assert r["identical"] and r["robot_drift_m"] == r["object_drift_m"] == 0.0, r
     assert f"reference MuJoCo {meta['reference']['mujoco']}" in done.stdout
 
 
@@ -268,8 +278,16 @@ def test_a_libero_env_on_an_unchecked_mujoco_warns_when_it_is_made(monkeypatch):
 
 
 def test_measure_mujoco_versions_short_form_writes_rows_table_and_passed_versions(tmp_path):
-    """The short form of experiments/mujoco_versions/measure.py on this interpreter's MuJoCo (no venv made)."""
+    """The short form of experiments/mujoco_versions/measure.py on this interpreter's MuJoCo (no venv made). Its
+    experts' short form runs through the script; its canary step (``vla-gym canary --quick``: every suite's quick
+    case) finds the report of LIBERO-Object's quick case, written here first through the CLI, and keeps it, as a
+    stopped measurement resumes (every suite's quick case runs in the ``slow`` tier:
+    test_quick_canary_passes_through_the_cli_and_replays_identically)."""
     out = tmp_path / "mj"
+    kept = out / "mujoco-current" / "canary.json"  # where measure.py's canary step writes for --versions current
+    kept.parent.mkdir(parents=True)
+    first = run_canary("--quick", "--suite", "object", "--json", str(kept))
+    assert first.returncode == 0, first.stdout + first.stderr[-3000:]
     command = [sys.executable, "experiments/mujoco_versions/measure.py", "--versions", "current", "--quick",
                "--suites", "libero_object", "--out", str(out), "--results", str(out / "rows.json"), "--asset",
                str(out / "passed.json")]
@@ -278,6 +296,7 @@ def test_measure_mujoco_versions_short_form_writes_rows_table_and_passed_version
     row, = json.loads((out / "rows.json").read_text())["rows"]
     assert row["mujoco"] == mujoco_version() and row["experts"]["libero_object"]["episodes"] == 4
     assert row["canary"]["counts"]["FLIP"] == 0 and row["canary"]["counts"]["DRIFT"] == 0
+    assert row["canary"]["counts"]["OK"] == 1 and len(json.loads(kept.read_text())["results"]) == 1  # kept
     assert f"| {mujoco_version()} | 4/4" in done.stdout
     assert json.loads((out / "passed.json").read_text())["passed"] == [shipped_reference_mujoco()]
 
@@ -326,9 +345,10 @@ def test_rebase_records_the_same_cases_again_and_drop_leaves_one_out_with_its_re
     for key in keys:   # the shipped positions back, to PhysX's last bits on this CPU (CI's differ by ~5e-7 m)
         np.testing.assert_allclose(again[f"{key}.robot"], arrays[f"{key}.robot"], rtol=0, atol=1e-5)
     first = keep[0]["key"]
-    done = subprocess.run(script + ["--drop", first, "--why", "too sensitive"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    spec = importlib.util.spec_from_file_location("record_canary", ROOT / "scripts" / "record_canary.py")
+    record_canary = importlib.util.module_from_spec(spec)  # --drop replays nothing: in-process
+    spec.loader.exec_module(record_canary)
+    assert record_canary.main(["--out", str(out), "--drop", first, "--why", "too sensitive"]) == 0
     dropped, left = canary.load(out)
     assert [c["key"] for c in dropped["cases"]] == [keep[1]["key"]] and not any(n.startswith(first + ".") for n in left)
     assert dropped["left_out"][-1]["reason"] == f"{first}: too sensitive"

@@ -2,7 +2,10 @@
 ``vla-gym demos`` each exit with one clear line that names the setting and the fix, exit code 2, no traceback,
 and nothing written where the command writes (``run_dir=``, ``--out``).
 
-One table, one bad input per case, each run as the user runs it (a subprocess). ``{name}`` in a case's argv is a file
+One table, one bad input per case, each run as the user runs it, in a process of its own: a fresh interpreter costs
+seconds of imports (torch, vla_gym) per case, so one process imports them once and forks a child per case
+(:class:`Forks`), which runs the script as ``__main__`` with the user's ``sys.argv`` and ``sys.path``, its own
+stdout, stderr and exit code (a traceback printed as the interpreter prints one). ``{name}`` in a case's argv is a file
 the fixtures make: a CartPole PPO checkpoint (``ckpt``), a one-episode PushCube dataset (``pushcube``), an empty
 directory (``empty``), a dataset directory with only ``meta/info.json`` (``info_only``), a checkpoint whose policy
 names a model that is not there (``gone_model``); ``{out}`` is where the command would write, which must not exist
@@ -12,10 +15,14 @@ config is checked in-process, three of them (one per model family and trainer) t
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import queue
 import shutil
+import signal
 import string
 import subprocess
+import threading
 
 import pytest
 import yaml
@@ -121,10 +128,125 @@ HF_CONFIGS = sorted(p for p in (ROOT / "examples" / "configs").glob("*.yaml")
 HF_COMMANDS = ["libero_pi0_sft.yaml", "maniskill_vla_tokens_ppo.yaml", "maniskill_vla_oft_grpo.yaml"]
 
 
-def run(command: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    argv = [*executable("python"), *(command.split() if command.startswith("-m") else [command]), *args]
-    return subprocess.run(argv, cwd=ROOT, env={**child_env(), "HF_HUB_OFFLINE": "1", **(env or {})},
-                          capture_output=True, text=True, timeout=300, check=False)
+#: what every command imports: loaded once by the fork server, before any case runs
+PRELOAD = ["torch", "gymnasium", "yaml", "vla_gym", "vla_gym.trainers.ppo", "vla_gym.trainers.grpo",
+           "vla_gym.trainers.sft", "vla_gym.trainers.eval", "vla_gym.trainers.runtime.launch"]
+
+#: the fork server (run with ``python -c``): imports PRELOAD, then per request line (JSON: argv, stdout and stderr
+#: files) forks a child that runs the command as ``python ARGV`` would, and answers its pid, then its exit code
+SERVER = r"""
+import atexit, importlib, json, os, runpy, sys, traceback
+
+def child(request, base_path):
+    code = 70
+    try:
+        os.setsid()
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+        argv = request["argv"]
+        if argv[0] == "-m":  # python -m MODULE: the working directory first on sys.path
+            sys.path[:] = [os.getcwd(), *base_path]
+            sys.argv = [argv[1], *argv[2:]]
+            run = lambda: runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:  # python SCRIPT: the script's directory first on sys.path
+            script = os.path.abspath(argv[0])
+            sys.path[:] = [os.path.dirname(script), *base_path]
+            sys.argv = list(argv)
+            run = lambda: runpy.run_path(script, run_name="__main__")
+        try:
+            run()
+            code = 0
+        except SystemExit as exc:
+            code = 0 if exc.code is None else exc.code
+            if not isinstance(code, int):
+                print(code, file=sys.stderr)
+                code = 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        try:
+            atexit._run_exitfuncs()
+        except BaseException:
+            traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+def serve(preload, tests):
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    base_path = [p for p in sys.path if p not in ("", tests)]
+    for name in preload:
+        importlib.import_module(name)
+    answers.write("ready\n")
+    for line in sys.stdin:
+        request = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            child(request, base_path)
+        answers.write(json.dumps({"pid": pid}) + "\n")
+        _, status = os.waitpid(pid, 0)
+        answers.write(json.dumps({"code": os.waitstatus_to_exitcode(status)}) + "\n")
+"""
+
+
+class Forks:
+    """A process that imported what the commands import; :meth:`run` forks a child of it per command."""
+
+    def __init__(self, directory: pathlib.Path):
+        self.directory = directory
+        self.count = 0
+        code = f"{SERVER}\nserve({PRELOAD!r}, {str(ROOT / 'tests')!r})"
+        self.server = subprocess.Popen([*executable("python"), "-c", code], cwd=ROOT, env=self.env(),
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.answers: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        assert self.answer(300) == "ready", "the fork server did not start"
+
+    def _read(self) -> None:
+        for line in self.server.stdout:
+            self.answers.put(line.strip())
+
+    @staticmethod
+    def env() -> dict[str, str]:
+        return {**child_env(), "HF_HUB_OFFLINE": "1"}
+
+    def answer(self, timeout: float) -> str | None:
+        try:
+            return self.answers.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def run(self, argv: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+        """``python ARGV`` in a forked child: its exit code, stdout and stderr."""
+        self.count += 1
+        out, err = (self.directory / f"{self.count}.{name}" for name in ("out", "err"))
+        self.server.stdin.write(json.dumps({"argv": argv, "stdout": str(out), "stderr": str(err)}) + "\n")
+        self.server.stdin.flush()
+        pid = json.loads(self.answer(60))["pid"]
+        answer = self.answer(timeout)
+        if answer is None:  # hung: killed, and reported as a failure of the case
+            os.killpg(pid, signal.SIGKILL)
+            answer = self.answer(60)
+        return subprocess.CompletedProcess(argv, json.loads(answer)["code"], out.read_text(), err.read_text())
+
+    def close(self) -> None:
+        self.server.stdin.close()
+        self.server.wait(60)
+
+
+@pytest.fixture(scope="module")
+def forks(tmp_path_factory):
+    server = Forks(tmp_path_factory.mktemp("forks"))
+    yield server
+    server.close()
+
+
+def run(forks: Forks, command: str, args: list[str]) -> subprocess.CompletedProcess:
+    return forks.run([*(command.split() if command.startswith("-m") else [command]), *args])
 
 
 def assert_one_clear_line(result: subprocess.CompletedProcess, code: int, words: list[str], out: pathlib.Path):
@@ -165,11 +287,11 @@ def gone_model(checkpoint) -> pathlib.Path:
 
 
 @pytest.fixture(scope="module")
-def pushcube(tmp_path_factory) -> pathlib.Path:
+def pushcube(tmp_path_factory, forks) -> pathlib.Path:
     """A one-episode PushCube demo dataset, main camera at 32 px (`vla-gym demos`)."""
     out = tmp_path_factory.mktemp("pushcube") / "demos"
-    result = run(DEMOS, ["VLA/ManiSkill-PushCube-v0", "--episodes-per-task", "1", "--cameras", "main",
-                         "--image-size", "32", "--no-progress", "--out", str(out)])
+    result = run(forks, DEMOS, ["VLA/ManiSkill-PushCube-v0", "--episodes-per-task", "1", "--cameras", "main",
+                                "--image-size", "32", "--no-progress", "--out", str(out)])
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
@@ -189,12 +311,12 @@ def info_only(tmp_path_factory) -> pathlib.Path:
 
 # --------------------------------------------------------------------------------------------------- tests
 @pytest.mark.parametrize("command, args, words, code", CASES)
-def test_bad_input_exits_with_one_clear_line_and_writes_nothing(command, args, words, code, request, tmp_path):
+def test_bad_input_exits_with_one_clear_line_and_writes_nothing(command, args, words, code, request, tmp_path, forks):
     out = tmp_path / "out"
     needed = {field for arg in args for _, field, _, _ in string.Formatter().parse(arg) if field and field != "out"}
     files = {name: request.getfixturevalue("checkpoint" if name == "ckpt" else name) for name in needed}
     args = [arg.format(out=out, **files) for arg in args]
-    assert_one_clear_line(run(command, args), code, words, out)
+    assert_one_clear_line(run(forks, command, args), code, words, out)
 
 
 @pytest.mark.quick
@@ -222,13 +344,13 @@ def test_every_vla_example_config_names_its_missing_model(path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", HF_COMMANDS)
-def test_vla_example_config_without_its_model_exits_at_once(name, tmp_path):
+def test_vla_example_config_without_its_model_exits_at_once(name, tmp_path, forks):
     path = ROOT / "examples" / "configs" / name
     model = yaml.safe_load(path.read_text())["policy"]["kwargs"]["model"]
     _skip_if_cached(model)
     out = tmp_path / "out"
     script = f"trainers/{path.stem.rsplit('_', 1)[1]}.py"
-    result = run(script, ["--config", str(path), f"run_dir={out}", "total_timesteps=1"])
+    result = run(forks, script, ["--config", str(path), f"run_dir={out}", "total_timesteps=1"])
     assert_one_clear_line(result, 2, [f"policy.kwargs.model={model}", "policy.kwargs.model=/path/to/model"], out)
 
 

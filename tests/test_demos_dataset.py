@@ -188,7 +188,7 @@ def _demos_command(out, *extra):
             "--cameras", "main", "--image-size", "32", "--noise", "0.3", "--out", str(out), *extra]
 
 
-def test_maniskill_demos_cli_parallel_and_resumed_after_a_kill(tmp_path):
+def test_maniskill_demos_cli_parallel_and_resumed_after_a_kill(tmp_path, capsys):
     pytest.importorskip("mani_skill")
     env = {**os.environ, "MS_SKIP_ASSET_DOWNLOAD_PROMPT": "1"}
     out = tmp_path / "pushcube"
@@ -222,12 +222,13 @@ def test_maniskill_demos_cli_parallel_and_resumed_after_a_kill(tmp_path):
     assert np.all(np.abs(data.actions) <= 1) and np.all(data.actions[:, 6] == 1.0)  # clean labels, gripper closed
     assert all(e["success"] for e in data.episodes)
 
-    again = subprocess.run(_demos_command(out, "--workers", "2", "--no-progress"), cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=120, check=False)
-    assert again.returncode == 0  # a finished dataset with the same settings: nothing to do
-    other = subprocess.run(_demos_command(out, "--seed", "5", "--no-progress"), cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=120, check=False)
-    assert other.returncode == 2 and "another --out" in other.stderr
+    # the same command again, and with other settings, in-process (neither plays an episode)
+    from vla_gym.cli import main as cli_main
+
+    assert cli_main(_demos_command(out, "--workers", "2", "--no-progress")[3:]) == 0  # finished, same settings
+    capsys.readouterr()
+    assert cli_main(_demos_command(out, "--seed", "5", "--no-progress")[3:]) == 2
+    assert "another --out" in capsys.readouterr().err
 
 
 def test_libero_demos_record_every_camera(tmp_path):

@@ -17,11 +17,9 @@ import time
 
 import pytest
 import torch
-from short_runs import assert_ok, executable, run_command
 
 SOAKS = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "reliability_soaks"
 sys.path.insert(0, str(SOAKS))  # the study's scripts, imported by their module names below
-SCRIPT = "experiments/reliability_soaks/fault_soak.py"
 
 
 def fake_proc(root: pathlib.Path, rows: list[tuple[int, int, str, str]]) -> pathlib.Path:
@@ -177,30 +175,34 @@ def test_a_resumed_run_keeps_the_log_of_the_update_it_resumed_from(tmp_path):
     assert [row["groups"] for row in history] == [2.0, 2.0, 1.0, 1.0, 1.0]  # the replayed updates replace the old
 
 
-def test_short_soak_survives_every_fault(tmp_path):
-    """The short form end to end: each fault once, and every check of the soak holds."""
+def test_short_soak_survives_every_fault(tmp_path, capsys):
+    """The short form end to end: each fault once, and every check of the soak holds. The supervisor's ``main`` runs
+    in this process; the trainer it faults is torchrun's own process tree, as in the long form."""
     pytest.importorskip("libero.libero", reason='LIBERO is not installed: pip install -e ".[libero]"')
+    from fault_soak import SHORT
+    from fault_soak import main as soak_main
+
     out = tmp_path / "soak.json"
-    result = run_command([*executable("python"), SCRIPT, "--short", "--json", str(out), "--run-dir",
-                          str(tmp_path / "soak")], timeout=1500)
-    assert_ok(result)
+    code = soak_main(["--short", "--json", str(out), "--run-dir", str(tmp_path / "soak")])
+    stdout = capsys.readouterr().out
     summary = json.loads(out.read_text())
     failed = {name: check["detail"] for name, check in summary["checks"].items() if not check["ok"]}
-    assert summary["ok"] and not failed, failed
+    assert code == 0 and summary["ok"] and not failed, (failed, stdout[-3000:])
+    updates = SHORT["updates"]
     assert summary["faults_by_kind"] == {"kill-worker": 1, "hang-worker": 1, "kill-trainer": 1}
     assert summary["trainer_starts"] == 2 and summary["exit_codes"] == [-9, 0]
     assert summary["worker_restarts_logged"] >= 2
-    assert summary["episodes"]["episodes"] == summary["episodes"]["episodes_planned"] == 12 * 4
-    assert summary["checkpoints"]["final"]["num_updates"] == 12
+    assert summary["episodes"]["episodes"] == summary["episodes"]["episodes_planned"] == updates * 4
+    assert summary["checkpoints"]["final"]["num_updates"] == updates
     assert summary["resumes"][0]["skipped"] and summary["resumes"][0]["resumed"]
     assert summary["time_lost_s"] > 0 and all(f["lost_s"] is not None for f in summary["faults"])
-    assert "SIGSTOP" in result.stdout and "truncated ckpt_" in result.stdout
+    assert "SIGSTOP" in stdout and "truncated ckpt_" in stdout
     # the README's table, printed at the end and again from the saved summary
-    table = run_command([*executable("python"), SCRIPT, "--table", str(out)], timeout=120)
-    assert_ok(table)
-    assert table.stdout in result.stdout and "| updates planned / done | 12 / 12 |" in table.stdout
-    assert "| faults injected: kill-worker / hang-worker / kill-trainer | 1 / 1 / 1 |" in table.stdout
-    assert "| checks | all passed |" in table.stdout
+    assert soak_main(["--table", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert table in stdout and f"| updates planned / done | {updates} / {updates} |" in table
+    assert "| faults injected: kill-worker / hang-worker / kill-trainer | 1 / 1 / 1 |" in table
+    assert "| checks | all passed |" in table
 
 
 @pytest.mark.quick

@@ -12,7 +12,8 @@ What is compared, and against what (docs/fidelity.md lists every convention):
   ``seed``, ``reset``, ``set_init_state(init_states[i])``, 10 no-op steps with the gripper open) on one task of
   every suite, against ``VLA/Libero*`` with ``reset(seed=i)`` / ``options={"init_state_id": i}``, stepped
   through ``ActionChunk`` (unrendered sub-steps) after soft resets: the same MuJoCo state after the same
-  actions, the same success flags, and the first camera frame within a few levels of 255. A solved
+  actions, the same success flags, and the first camera frame within a few levels of 255 (two suites in the
+  default run, every suite in the ``slow`` tier). A solved
   episode too: vla_gym's scripted expert's actions, replayed in LIBERO's loop, succeed on the same step. The two run in
   separate processes: LIBERO places its fixtures by RNG when it builds a model, and two robosuite envs in
   one process may share a GL context, so frames are compared across processes.
@@ -264,6 +265,9 @@ def test_batched_env_equals_the_cpu_env_across_autoresets():
 #: (suite, task index in the suite, initial state); one task of every suite
 LIBERO_SAMPLE = [("libero_spatial", 0, 0), ("libero_object", 5, 7), ("libero_goal", 3, 13),
                  ("libero_10", 6, 20), ("libero_90", 40, 49)]
+#: the default run's sample: a scene with fixtures (Spatial's cabinet) reset by its seed, one without (Object) reset
+#: with options pinning the initial state; every suite runs in the ``slow`` tier
+LIBERO_SHORT_SAMPLE = LIBERO_SAMPLE[:2]
 LIBERO_SIZE = 128
 #: a solved episode: LIBERO-Object task 5 from initial state 7 with vla_gym's scripted expert (97 steps)
 EXPERT_EPISODE = ("libero_object", 5, 7)
@@ -296,10 +300,10 @@ def reference_episode(suite_name: str, index: int, init: int, hard_reset: bool =
     return env, obs
 
 
-def libero_reference(out: str) -> None:
-    """The reference process: LIBERO's loop on the sample, then the expert's actions replayed."""
+def libero_reference(out: str, sample: list) -> None:
+    """The reference process: LIBERO's loop on ``sample``, then the expert's actions replayed."""
     results = {}
-    for suite_name, index, init in LIBERO_SAMPLE:
+    for suite_name, index, init in sample:
         env, obs = reference_episode(suite_name, index, init)
         frame, states, dones = obs["agentview_image"], [], []
         for k, action in enumerate(libero_actions(index)):
@@ -356,14 +360,14 @@ def run_expert(out: str, env_id: str, suite_name_index_init: tuple[str, int, int
     return {"success": dones, "state": state}
 
 
-def libero_vla_gym(out: str) -> None:
+def libero_vla_gym(out: str, sample: list) -> None:
     """The same episodes through vla_gym: VLA/Libero* ids, soft resets, ActionChunk (unrendered sub-steps)."""
     from vla_gym.tasks.libero import ENV_IDS
     from vla_gym.wrappers import ActionChunk
 
     ids = {suite: env_id for env_id, suite in ENV_IDS.items()}
     results = {"expert": run_expert(out, ids[EXPERT_EPISODE[0]], EXPERT_EPISODE)}
-    for n, (suite_name, index, init) in enumerate(LIBERO_SAMPLE):
+    for n, (suite_name, index, init) in enumerate(sample):
         env = ActionChunk(gym.make(ids[suite_name], task_id=index, cameras=("main",), image_size=LIBERO_SIZE),
                           chunk_size=4)
         env.reset(seed=1)  # another episode first: the one compared comes from a soft reset of a used scene
@@ -382,11 +386,14 @@ def libero_vla_gym(out: str) -> None:
 
 
 @needs_libero
-def test_libero_episode_i_is_libero_evaluation_episode_i(tmp_path):
+@pytest.mark.parametrize("sample", [LIBERO_SHORT_SAMPLE, pytest.param(LIBERO_SAMPLE, marks=pytest.mark.slow)],
+                         ids=["spatial-object", "every-suite"])
+def test_libero_episode_i_is_libero_evaluation_episode_i(tmp_path, sample):
     here = pathlib.Path(__file__).parent
     procs = {}
     for name in ("libero_reference", "libero_vla_gym"):
-        code = f"import sys; sys.path.insert(0, {str(here)!r}); import test_fidelity as f; f.{name}({str(tmp_path / name)!r})"
+        code = (f"import sys; sys.path.insert(0, {str(here)!r}); import test_fidelity as f; "
+                f"f.{name}({str(tmp_path / name)!r}, {[list(row) for row in sample]!r})")
         procs[name] = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                        text=True, env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")})
     try:
@@ -400,7 +407,8 @@ def test_libero_episode_i_is_libero_evaluation_episode_i(tmp_path):
                 proc.wait()
     reference = json.loads((tmp_path / "libero_reference").read_text())
     ours = json.loads((tmp_path / "libero_vla_gym").read_text())
-    for suite_name, _, _ in LIBERO_SAMPLE:
+    assert set(reference) == set(ours) == {"expert", *(suite_name for suite_name, _, _ in sample)}
+    for suite_name, _, _ in sample:
         ref, got = reference[suite_name], ours[suite_name]
         np.testing.assert_allclose(np.array(got["states"]), np.array(ref["states"]), atol=1e-9,
                                    err_msg=f"{suite_name}: MuJoCo state after each chunk")

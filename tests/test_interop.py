@@ -1,7 +1,10 @@
 """vla_gym ids under other libraries' vector envs: {ManiSkill, LIBERO} x vectorizer x parent state.
 
-The default run covers, for each family, one case per way a worker starts in each parent state
-(``DEFAULT_CASES``); ``-m slow`` runs the whole matrix.
+The default run covers one (family, parent state) cell per family, ``DEFAULT_CELLS``: LIBERO with a parent that
+holds an env (the fork that must fail fast, gymnasium's default start method switched to spawn, in-process envs) and
+ManiSkill from a fresh parent (fork, forkserver, in process through gymnasium, SB3 and TorchRL), with the cases of
+``DEFAULT_CASES``: between them every way a worker starts, and both outcomes of a fork. ``-m slow`` runs the whole
+matrix: every vectorizer in both parent states for both families.
 Each (family, parent state) group runs in its own Python process under a hard timeout, so a hang fails the
 test instead of stalling CI; the group's process runs this file as a script (``python tests/test_interop.py
 maniskill fresh out.jsonl err.log``) and reports one JSON line per vectorizer. In every case: build 2
@@ -41,13 +44,17 @@ FAMILIES = {
 #: the order a group runs them in: those that fork first, while a fresh parent is still fresh
 ORDER = ("sb3-subproc-fork", "gymnasium-async", "sb3-subproc-forkserver", "sb3-subproc-spawn",
          "gymnasium-async-spawn", "torchrl-parallel", "gymnasium-sync", "sb3-dummy", "torchrl-gymenv")
-#: the cases of the default run, one per way a worker comes to be (fork, forkserver, spawn, in process, TorchRL's own
-#: workers), in both parent states; the whole matrix runs with ``-m slow`` (every worker start imports and builds a
-#: simulator: 5-20 s each on 2 cores)
+#: the cases of the default run, one per way a worker comes to be: fork (works from a fresh parent, fails fast from one
+#: that holds an env), forkserver, spawn (gymnasium's default start method once the parent started a simulator: the
+#: fork guard switches it), in process (gymnasium, SB3 and TorchRL's wrapper). The whole matrix runs with ``-m slow``:
+#: explicit spawn contexts and TorchRL's ParallelEnv too (every worker start imports and builds a simulator: 5-20 s
+#: each on 2 cores, 40 s for TorchRL's)
 DEFAULT_CASES = {
-    "fresh": ("sb3-subproc-fork", "sb3-subproc-forkserver", "gymnasium-sync", "torchrl-parallel"),
-    "held": ("sb3-subproc-fork", "gymnasium-async", "gymnasium-async-spawn", "sb3-dummy"),
+    "fresh": ("sb3-subproc-fork", "sb3-subproc-forkserver", "gymnasium-sync", "torchrl-gymenv"),
+    "held": ("sb3-subproc-fork", "gymnasium-async", "sb3-dummy"),
 }
+#: the (family, parent state) cells of the default run: one per family, the two parent states between them
+DEFAULT_CELLS = (("libero", "held"), ("maniskill", "fresh"))
 NUM_ENVS, EPISODE_STEPS, STEPS = 2, 3, 5
 #: hard limit per case (the group process is killed with its workers when one case takes longer); generous
 #: because the CI machine may be shared: a case takes 2-20 s of CPU
@@ -178,7 +185,7 @@ def _between(text: str, start: str, end: str) -> str:
 
 
 MATRIX = [pytest.param(family, parent, DEFAULT_CASES[parent], id=f"{family}-{parent}")
-          for family in FAMILIES for parent in ("fresh", "held")] + [
+          for family, parent in DEFAULT_CELLS] + [
     pytest.param(family, parent, ORDER, id=f"{family}-{parent}-all", marks=pytest.mark.slow)
     for family in FAMILIES for parent in ("fresh", "held")]
 
@@ -302,19 +309,23 @@ def test_list_says_which_maniskill_ids_run_offline_and_how_to_download_the_rest(
     assert rows["VLA/ManiSkillTabletop-v0"].endswith("  yes")
 
 
-def _run_bench_vectorizers(*flags: str) -> tuple[list[dict], str]:
-    script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_vectorizers.py"
-    result = subprocess.run([sys.executable, str(script), "--quick", *flags], capture_output=True, text=True,
-                            timeout=CASE_TIMEOUT_S * 2, check=False)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")], result.stdout
+def _run_bench_vectorizers(capsys, *flags: str) -> tuple[list[dict], str]:
+    """benchmarks/bench_vectorizers.py ``--quick --num-envs 1 FLAGS``, its ``main`` called in this process (its vector
+    envs' workers are processes of their own either way; two envs each are the matrix's business)."""
+    import bench_vectorizers
+
+    capsys.readouterr()
+    rows = bench_vectorizers.main(["--quick", "--num-envs", "1", *flags])
+    stdout = capsys.readouterr().out
+    assert [json.loads(line) for line in stdout.splitlines() if line.startswith("{")] == rows
+    return rows, stdout
 
 
-def test_bench_vectorizers_quick_form(tmp_path):
+def test_bench_vectorizers_quick_form(capsys):
     """benchmarks/bench_vectorizers.py --quick: every vectorizer builds, steps and reports a rate, every block's
     rate, its ratio to vla_gym in the same rounds and the CPU time per simulator step of it and its workers."""
     pytest.importorskip("mani_skill")
-    rows, stdout = _run_bench_vectorizers()
+    rows, stdout = _run_bench_vectorizers(capsys)
     assert [row["vectorizer"] for row in rows] == ["vla_gym-async", "gymnasium-async-spawn", "sb3-subproc-forkserver"]
     assert all(row["sim_steps_per_s"] > 0 and len(row["blocks"]) == 2 for row in rows)
     assert rows[0]["vs_vla_gym"] == 1.0 and all(row["vs_vla_gym"] > 0 for row in rows)
@@ -323,10 +334,10 @@ def test_bench_vectorizers_quick_form(tmp_path):
     assert "| config | envs | chunk | vectorizer |" in stdout
 
 
-def test_bench_vectorizers_sequential_form():
+def test_bench_vectorizers_sequential_form(capsys):
     """--sequential (one vector env alive at a time, rebuilt every round) times the same way."""
     pytest.importorskip("mani_skill")
-    rows, stdout = _run_bench_vectorizers("--sequential", "--rounds", "1", "--vectorizers", "vla_gym-async")
+    rows, stdout = _run_bench_vectorizers(capsys, "--sequential", "--rounds", "1", "--vectorizers", "vla_gym-async")
     assert [row["vectorizer"] for row in rows] == ["vla_gym-async"]
     assert all(row["sequential"] and len(row["blocks"]) == 1 and row["cpu_ms_per_sim_step"] > 0.1 for row in rows)
     assert "maniskill-state (sequential)" in stdout

@@ -34,16 +34,20 @@ def run_expert(env, task_id: int, init_state_id: int) -> tuple[bool, int]:
     return success, steps
 
 
-@pytest.mark.parametrize("env_id, cases", [
-    ("VLA/LiberoObject-v0", [(1, 0), (6, 3)]),    # cream cheese (flat box), butter
-    ("VLA/LiberoSpatial-v0", [(4, 1), (5, 2)]),   # bowl in the cabinet's drawer, bowl on the ramekin
+@pytest.mark.parametrize("env_id, task_id, init_state_id", [
+    # cream cheese (flat box): in the slow tier, as LIBERO-Object tasks 0-1 x init states 0-1 are solved in the
+    # default run by experiments/mujoco_versions/measure.py's short form (tests/test_canary.py)
+    pytest.param("VLA/LiberoObject-v0", 1, 0, marks=pytest.mark.slow),
+    ("VLA/LiberoObject-v0", 6, 3),                                      # butter
+    ("VLA/LiberoSpatial-v0", 4, 1),                                     # bowl in the cabinet's drawer
+    # bowl on the ramekin: a pick-and-place onto an object, the family of Goal's cream cheese in the bowl (below)
+    pytest.param("VLA/LiberoSpatial-v0", 5, 2, marks=pytest.mark.slow),
 ])
-def test_expert_solves_sample_tasks(env_id, cases):
+def test_expert_solves_sample_tasks(env_id, task_id, init_state_id):
     env = gym.wrappers.RecordEpisodeStatistics(gym.make(env_id, cameras=("main",), image_size=32))
     try:
-        for task_id, init_state_id in cases:
-            success, steps = run_expert(env, task_id, init_state_id)
-            assert success, f"{env_id} task {task_id} init state {init_state_id}: no success in {steps} steps"
+        success, steps = run_expert(env, task_id, init_state_id)
+        assert success, f"{env_id} task {task_id} init state {init_state_id}: no success in {steps} steps"
     finally:
         env.close()
 

@@ -1,10 +1,16 @@
 """experiments/libero_miniature/campaign.py in short form on real LIBERO: one task, one training and one held-out
-start, 8-step episodes, 64 px. A first call with a one-second budget fits the SFT and stops before GRPO; the same
-command then plays every step (a one-update GRPO run kept in the campaign folder, then SFT and RL evaluations pair
-by pair, each pair's row written once both are in); a third call finds every output and runs nothing;
-``--method residual`` then trains residual RL on the same SFT and evaluates only its model, and ``--method rft`` one
-RFT round from it, whose first and last greedy evaluations are the SFT's and its own train/greedy reports (read, not
-played again).
+start, 8-step episodes, 64 px.
+
+In the default run, the method that carries the study, RFT (``--method rft``, greedy evaluations only): a first
+call with a one-second budget fits the SFT and stops before RFT; the same command then plays every step (one RFT
+round from the SFT, then SFT and RFT evaluations pair by pair, each pair's row written once both are in, the RFT
+model's train/greedy report being its round's own, read, not played again); a third call finds every output and
+runs nothing. The status and the calls that only check the campaign's bookkeeping run in this process.
+
+The long form (``slow``) plays the whole chain in both modes: GRPO from the SFT, then ``--method residual`` on the
+same SFT (its model alone evaluated) and ``--method rft`` one round from it, whose first and last greedy
+evaluations are the SFT's and its own train/greedy reports (read, not played again). GRPO's and residual RL's
+trainers have short forms of their own (tests/test_examples.py, tests/test_residual.py).
 """
 from __future__ import annotations
 
@@ -34,30 +40,128 @@ SHORT_RL = {  # one env in this process, 2 episodes of 8 steps (16 env steps)
 }
 
 
-def campaign(tmp_path, *extra: str, method: str = "grpo", timeout: int = 900,
-             eval_override: bool = True) -> subprocess.CompletedProcess:
-    command = [
-        *executable("python"), "experiments/libero_miniature/campaign.py", "--suite", "object", "--seed", "0",
-        "--method", method,
+#: the default run's SFT policy: a small CNN in place of the study's pretrained small VLA, whose encoders every fit
+#: and evaluation would load again (the campaign's steps are what is tested; the long form keeps the study's policy)
+TINY_POLICY = ("policy.name=cnn", "policy.kwargs={image_features: 16, hidden_sizes: [32], critic: false}")
+SCRIPT = "experiments/libero_miniature/campaign.py"
+TABLE = "experiments/libero_miniature/table.py"
+
+
+def campaign_script():
+    """experiments/libero_miniature/campaign.py as a module (a study script: not on the import path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("libero_rl_campaign", ROOT / SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def record_short_demos(tmp_path) -> None:
+    from vla_gym.data.record import record_demos
+
+    record_demos("VLA/LiberoObject-v0", tmp_path / "demos", episodes_per_task=1, task_ids=[0], keep_failures=True,
+                 progress=False, cameras=["main"], image_size=SHORT_IMAGE_SIZE, max_episode_steps=8)
+
+
+def campaign_args(tmp_path, *extra: str, method: str, eval_override: bool, policy: tuple[str, ...] = ()) -> list[str]:
+    """The short form's flags; ``policy``: overrides of the SFT's policy (RFT's fits take them too)."""
+    return [
+        "--suite", "object", "--seed", "0", "--method", method,
         "--tasks", "0", "--train-init-states", "0", "--heldout-init-states", "40", "--train-rl-init-states", "1",
         "--demos", str(tmp_path / "demos"), "--rl-steps", "16", "--num-envs", "1",
         "--state", str(tmp_path / "state"), "--work", str(tmp_path / "work"),
         "--export-dir", str(tmp_path / "exported"), "--results", str(tmp_path / "libero_rl.json"),
         "--sft-override", *SHORT_ENV, "sft.max_steps=2", "sft.batch_size=4", "torch_threads=1",
-        "logging.progress_bar=false", "checkpoint.resume=null",
-        "--rl-override", *SHORT_RL[method],
+        "logging.progress_bar=false", "checkpoint.resume=null", *policy,
+        "--rl-override", *SHORT_RL[method], *(policy if method == "rft" else ()),
         *(["--eval-override", *SHORT_ENV, "env.vectorization=sync"] if eval_override else []), *extra]
+
+
+def campaign(tmp_path, *extra: str, method: str = "grpo", timeout: int = 900, eval_override: bool = True,
+             policy: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """The campaign as a user runs it: its own process, each step a product command."""
+    command = [*executable("python"), SCRIPT,
+               *campaign_args(tmp_path, *extra, method=method, eval_override=eval_override, policy=policy)]
     result = subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=timeout,
                             check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 
 
-def test_campaign_runs_in_short_form_resumes_and_writes_the_rows(tmp_path):
-    from vla_gym.data.record import record_demos
+def campaign_here(tmp_path, capfd, *extra: str, method: str, eval_override: bool,
+                  policy: tuple[str, ...] = ()) -> str:
+    """The same command in this process (its steps still product commands, their output captured too): stdout."""
+    capfd.readouterr()
+    argv = campaign_args(tmp_path, *extra, method=method, eval_override=eval_override, policy=policy)
+    assert campaign_script().main(argv) == 0
+    return capfd.readouterr().out
 
-    record_demos("VLA/LiberoObject-v0", tmp_path / "demos", episodes_per_task=1, task_ids=[0], keep_failures=True,
-                 progress=False, cameras=["main"], image_size=SHORT_IMAGE_SIZE, max_episode_steps=8)
+
+def test_rft_campaign_runs_in_short_form_resumes_and_writes_the_rows(tmp_path, capfd, monkeypatch):
+    for name, value in child_env().items():  # what the campaign's own process would hand its steps
+        monkeypatch.setenv(name, value)
+    record_short_demos(tmp_path)
+    state = tmp_path / "state"
+    short = ("--modes", "greedy", "--sync")  # greedy evaluations only, their envs in the evaluating process
+    # RFT plays its evaluations with the checkpoint's short env (no --eval-override), as trainers/rft.py does
+    rft = {"method": "rft", "eval_override": False, "policy": TINY_POLICY}
+
+    first = campaign_here(tmp_path, capfd, "--minutes", "0.001", *short, **rft)
+    sft = tmp_path / "exported" / "libero_object_seed0_sft_protocol.pt"  # exported once, named by the campaign
+    assert (state / "sft.txt").read_text().strip() == str(sft) and sft.is_file() and not (state / "evals").exists()
+    assert "[x] sft" in first and "[ ] rft (0 of 1 rounds)" in first and "in progress" in first
+    assert first.index("] rft") < first.index("] sft train greedy")  # the long step comes first
+    plan = [line.split("] ", 1)[1] for line in first.splitlines() if line.startswith("  [")]
+    assert plan == ["sft", "rft (0 of 1 rounds)", "sft train greedy", "rft train greedy", "sft heldout greedy",
+                    "rft heldout greedy", "curve"]  # --modes greedy: no sampled evaluation is planned
+    partial = state / "evals" / "sft_train_greedy" / "partial"  # as a session that stopped mid-evaluation leaves it
+    partial.mkdir(parents=True)
+    (partial / "rank0.jsonl").write_text("{}\n{}\n")
+    status = campaign_here(tmp_path, capfd, "--status", *short, **rft)
+    assert "[ ] sft train greedy (2 episodes played)" in status and "running:" not in status
+
+    second = campaign(tmp_path, *short, **rft).stdout
+    assert "trainers/sft.py" not in second.split("running: trainers/rft.py")[0]  # kept from the first call
+    assert second.count("running: trainers/rft.py") == 1 and "--samples-per-start 1" in second
+    # trainers/rft.py: round 0's greedy evaluation, the round's sample and its greedy evaluation; then the pairs:
+    # the SFT on the training starts (RFT's report there is its round's, read), both models on the held-out one
+    assert second.count("running: trainers/eval.py") == 3 + 3
+    first_row = second.index(f"running: {TABLE}")
+    assert second[:first_row].count("running: trainers/eval.py") == 3 + 1  # the train pair, then its row
+    assert second.count(f"running: {TABLE}") == 2
+    assert "env.vectorization=async" not in second and " --sync " in second  # --sync: trainers/rft.py's too
+    run = state / "rft"
+    checkpoint = run / "round_1" / "sft" / "final.pt"
+    report = json.loads((state / "evals" / "rft_train_greedy" / "eval.json").read_text())
+    assert report == json.loads((run / "round_1" / "eval" / "eval.json").read_text())  # the round's own report
+    assert report["settings"]["checkpoint"] == str(checkpoint) and report["settings"]["deterministic"] is True
+    heldout = json.loads((state / "evals" / "rft_heldout_greedy" / "eval.json").read_text())
+    assert heldout["settings"]["checkpoint"] == str(checkpoint) and heldout["settings"]["deterministic"] is True
+    assert not (run / "round_1" / "sft" / "checkpoints").exists()  # slimmed: final.pt is the model
+    assert not list((state / "evals").glob("*_sampled"))
+    rows = json.loads((tmp_path / "libero_rl.json").read_text())["rows"]
+    assert sorted((r["method"], r["variant"], r["split"], r["mode"]) for r in rows) == [
+        ("rft", "protocol", "heldout", "greedy"), ("rft", "protocol", "train", "greedy")]
+    assert {r["env_steps"] for r in rows} == {json.loads((run / "rft.json").read_text())["rows"][1]["env_steps"]}
+    assert {r["init_states"][0] for r in rows} == {0, 40}
+    assert {r["sft_checkpoint"] for r in rows} == {str(sft)}  # the rows point at the campaign's one SFT file
+    # exported beside the SFT (8-step episodes succeed nowhere, so this fit is the SFT's again: its file is reused)
+    assert {pathlib.Path(r["rl_checkpoint"]).parent for r in rows} == {tmp_path / "exported"}
+    assert all(pathlib.Path(r["rl_checkpoint"]).is_file() for r in rows)
+    assert not list(state.glob("*.pt"))  # no second copy of a model in the campaign folder
+    assert (state / "rft_curve.png").is_file() and "| 1 |" in (state / "rft_curve.md").read_text()
+    assert "complete" in second and "[x] rft (1 of 1 rounds)" in second
+
+    third = campaign_here(tmp_path, capfd, *short, **rft)
+    assert "trainers/" not in third and "complete" in third
+    assert TABLE not in third  # the rows keep the commit that measured them
+
+
+@pytest.mark.slow
+def test_campaign_long_form_grpo_then_residual_and_rft_on_the_same_sft(tmp_path):
+    """The long form: GRPO, then residual RL and RFT on the same SFT, greedy and sampled."""
+    record_short_demos(tmp_path)
     state = tmp_path / "state"
 
     first = campaign(tmp_path, "--minutes", "0.001")  # out of time once the SFT is fitted
@@ -145,12 +249,7 @@ def test_campaign_runs_in_short_form_resumes_and_writes_the_rows(tmp_path):
 def test_more_cameras_make_a_campaign_of_their_own():
     """``--cameras main wrist``: demos, SFT and RL see the wrist camera too, in a folder, model names and rows of
     their own, so the main-camera campaign of the same (suite, seed) is untouched."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("libero_rl_campaign",
-                                                  ROOT / "experiments" / "libero_miniature" / "campaign.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = campaign_script()
     plain = module.Campaign(module.parse_args(["--suite", "spatial", "--seed", "0", "--method", "residual"]))
     wrist = module.Campaign(module.parse_args(["--suite", "spatial", "--seed", "0", "--method", "residual",
                                                "--cameras", "main", "wrist"]))

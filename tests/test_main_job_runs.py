@@ -17,13 +17,16 @@ def test_main_job_runs_records_each_seed(tmp_path):
     out = tmp_path / "main_job.json"
     result = subprocess.run(
         [sys.executable, "experiments/main_job_seeds/runs.py", "--seeds", "3", "--out", str(out), "--workdir", str(tmp_path),
-         "total_timesteps=800", "eval.episodes=1", "eval.video=false"],  # one episode: rank 1 evaluates none
+         # one PPO update of 8 env steps (one env per rank, 4 steps each) on 8-step episodes; one closing episode:
+         # rank 1 evaluates none
+         "total_timesteps=8", "env.num_envs=2", "ppo.n_steps=4", "ppo.batch_size=8", "ppo.n_epochs=1",
+         "env.kwargs.max_episode_steps=8", "eval.episodes=1", "eval.video=false"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(out.read_text())
     assert data["command"].startswith("torchrun --nproc_per_node=2 trainers/ppo.py --config")
     [run] = data["runs"]
-    assert run["seed"] == 3 and run["env_steps"] == 800 and run["env_steps_per_s"] > 0
+    assert run["seed"] == 3 and run["env_steps"] == 8 and run["env_steps_per_s"] > 0
     assert 0.0 <= run["final_success"] <= 1.0 and run["wall_minutes"] > 0 and run["commit"]
     assert (tmp_path / "main_job_seed3" / "eval" / "eval.json").is_file()
 

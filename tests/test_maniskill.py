@@ -52,12 +52,23 @@ def state_env():
     env.close()
 
 
-# ---------------------------------------------------------------------------------------- catalog
-def test_ids_registered_without_importing_maniskill():
+@pytest.fixture(scope="module")
+def without_maniskill() -> list[str]:
+    """One fresh interpreter: the ids vla_gym registers and whether that imported ManiSkill (or SAPIEN), then what
+    making a ManiSkill env says when ManiSkill cannot be imported (its module is then made unimportable)."""
     code = ("import sys, vla_gym\n"
             "print(sorted(i for i in vla_gym.ENTRIES if 'ManiSkill' in i))\n"
-            "print('mani_skill' in sys.modules, 'sapien' in sys.modules)")
-    out = run_python(code).strip().splitlines()
+            "print('mani_skill' in sys.modules, 'sapien' in sys.modules)\n"
+            "sys.modules['mani_skill'] = None\n"
+            "import gymnasium as gym\n"
+            "try:\n    gym.make('VLA/ManiSkill-PickCube-v0')\n"
+            "except ImportError as e:\n    print('ImportError:', e)\n")
+    return run_python(code).strip().splitlines()
+
+
+# ---------------------------------------------------------------------------------------- catalog
+def test_ids_registered_without_importing_maniskill(without_maniskill):
+    out = [line for line in without_maniskill if not line.startswith("ImportError:")]
     assert out[-1] == "False False"
     assert eval(out[-2]) == sorted([env_id(name) for name in TASKS] + [MULTI_TASK_ID])
     assert {"PickCube", "PushCube", "PullCube", "StackCube", "PokeCube", "PlaceSphere", "LiftPegUpright",
@@ -330,13 +341,9 @@ def test_no_vulkan_device_names_the_fix():
     assert "apt-get install" in out
 
 
-def test_missing_maniskill_names_the_extra():
-    code = ("import sys; sys.modules['mani_skill'] = None\n"
-            "import gymnasium as gym, vla_gym\n"
-            "try:\n    gym.make('VLA/ManiSkill-PickCube-v0')\n"
-            "except ImportError as e:\n    print(e)\n")
-    out = run_python(code)
-    assert "ManiSkill3 is not installed" in out and "vla-gym[maniskill]" in out
+def test_missing_maniskill_names_the_extra(without_maniskill):
+    error = "\n".join(line for line in without_maniskill if line.startswith("ImportError:"))
+    assert "ManiSkill3 is not installed" in error and "vla-gym[maniskill]" in error
 
 
 # ----------------------------------------------------------------------------------- GPU-batched path

@@ -1,7 +1,7 @@
 """experiments/reliability_soaks/memory_soak.py: a LIBERO worker's RSS over many resets, resumable, and its
 summary.
 
-The short form runs the real simulator in an async worker: 3 resets, then a resumed run to 5 (after a cut last line,
+The short form runs the real simulator in an async worker: 2 resets, then a resumed run to 3 (after a cut last line,
 as a stopped run leaves), then ``--summary``. The figures it measures are in experiments/reliability_soaks/README.md.
 """
 from __future__ import annotations
@@ -12,13 +12,11 @@ import pathlib
 import sys
 
 import pytest
-from short_runs import assert_ok, executable, run_command
 
 from vla_gym.runtime.memory import release_freed_memory
 
 SOAKS = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "reliability_soaks"
 sys.path.insert(0, str(SOAKS))  # the study's scripts, imported by their module names below
-SCRIPT = "experiments/reliability_soaks/memory_soak.py"
 
 
 @pytest.mark.quick
@@ -70,37 +68,39 @@ def test_release_freed_memory_runs():
     assert release_freed_memory() in (True, False)
 
 
-def test_short_soak_resumes_and_summarizes(tmp_path):
+def test_short_soak_resumes_and_summarizes(tmp_path, capsys):
+    """The script's ``main`` three times in this process (a resumed run, then one with nothing left to do); the soak's
+    LIBERO env runs in a spawned worker process either way, a new one for each run."""
     pytest.importorskip("libero.libero", reason='LIBERO is not installed: pip install -e ".[libero]"')
+    from memory_soak import main as soak_main
+
     out, results = tmp_path / "soak.jsonl", tmp_path / "memory_soak.json"
-    python = executable("python")
-    assert_ok(run_command([*python, SCRIPT, "--resets", "3", "--out", str(out), "--image-size", "64", "--steps", "2"],
-                          timeout=600))
+    small = ["--out", str(out), "--image-size", "32", "--steps", "2"]
+    assert soak_main(["--resets", "2", *small]) == 0
     first = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [row["reset"] for row in first] == [0, 1, 2]
+    assert [row["reset"] for row in first] == [0, 1]
     with out.open("a") as sink:
-        sink.write('{"reset": 3, "env_id": "VLA/Lib')  # a run stopped in the middle of a row
-    result = run_command([*python, SCRIPT, "--resets", "5", "--out", str(out), "--image-size", "64", "--steps", "2",
-                          "--summary", "--results", str(results)], timeout=600)
-    assert_ok(result)
+        sink.write('{"reset": 2, "env_id": "VLA/Lib')  # a run stopped in the middle of a row
+    capsys.readouterr()
+    assert soak_main(["--resets", "3", *small, "--summary", "--results", str(results)]) == 0
+    stdout = capsys.readouterr().out
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [row["reset"] for row in rows] == [0, 1, 2, 3, 4] and rows[:3] == first
-    assert rows[3]["worker_pid"] != rows[2]["worker_pid"] and rows[3]["worker_resets"] == 0  # a new worker
+    assert [row["reset"] for row in rows] == [0, 1, 2] and rows[:2] == first
+    assert rows[2]["worker_pid"] != rows[1]["worker_pid"] and rows[2]["worker_resets"] == 0  # a new worker
     for row in rows:
         assert 0 <= row["task_id"] < 130 and row["worker_rss_mb"] > 100 and row["parent_rss_mb"] > 0
         assert row["reset_s"] > 0 and row["steps_per_s"] > 0
     summary = json.loads(results.read_text())
-    assert summary["resets"] == 5 and summary["worker_processes"] == 2 and summary["commit"]
+    assert summary["resets"] == 3 and summary["worker_processes"] == 2 and summary["commit"]
     assert summary["mujoco"] and summary["rows_file"] == str(out)  # outside the repository: the path as given
     assert summary["checkpoints"][0]["reset"] == 0 and "slope_mb_per_100_resets" in summary
-    assert "growth after" in result.stdout
+    assert "growth after" in stdout
     # a file that holds the resets asked for is not extended
-    again = run_command([*python, SCRIPT, "--resets", "5", "--out", str(out)], timeout=120)
-    assert_ok(again)
-    assert "already holds 5 resets" in again.stdout and len(out.read_text().splitlines()) == 5
+    assert soak_main(["--resets", "3", "--out", str(out)]) == 0
+    assert "already holds 3 resets" in capsys.readouterr().out and len(out.read_text().splitlines()) == 3
 
 
-def test_a_training_runs_memory_curve_is_read_from_its_tensorboard(tmp_path):
+def test_a_training_runs_memory_curve_is_read_from_its_tensorboard(tmp_path, capsys):
     """A PPO run on 2 async CartPole workers logs env/worker_rss_mb and proc/rss_mb every update;
     experiments/reliability_soaks/memory_run.py reads them back as the curve and the growth per hour (the LIBERO
     GRPO measurement of experiments/reliability_soaks/README.md, in short form)."""
@@ -114,13 +114,15 @@ def test_a_training_runs_memory_curve_is_read_from_its_tensorboard(tmp_path):
         "eval": {"episodes": 0}, "checkpoint": {"every": 0},
     })
     PPO.from_config(cfg).learn().close()
+    from memory_run import main as memory_run_main
+
     out = tmp_path / "memory.json"
-    result = run_command([*executable("python"), "experiments/reliability_soaks/memory_run.py",
-                          str(tmp_path / "ppo"), "--warmup-minutes", "0", "--json", str(out)], timeout=300)
-    assert_ok(result)
+    capsys.readouterr()
+    assert memory_run_main([str(tmp_path / "ppo"), "--warmup-minutes", "0", "--json", str(out)]) == 0
+    stdout = capsys.readouterr().out
     summary = json.loads(out.read_text())
     assert summary["updates"] == 8 and summary["commit"]
     workers = summary["env/worker_rss_mb"]
     assert 10 < workers["first"] <= workers["max"] < 4000 and len(workers["curve"]) == 8
     assert summary["proc/rss_mb"]["last"] > 50 and workers["growth_mb_per_hour"] is not None
-    assert "env/worker_rss_mb" in result.stdout and summary["steps_per_s"]["first_fifth"] > 0
+    assert "env/worker_rss_mb" in stdout and summary["steps_per_s"]["first_fifth"] > 0

@@ -1,8 +1,8 @@
 """Meta-World MT10 demos -> SFT -> RL (docs/metaworld.md, "Demos -> SFT -> RL on MT10"): the env options it needs
 (``task_one_hot``, ``fixed_goals``, ``init_states``), the chain in short form on the real Meta-World, state only
-(``vla-gym demos`` -> trainers/sft.py -> one PPO update and one GRPO update from the SFT checkpoint ->
-experiments/metaworld_mt10/table.py's evaluations and rows), the configs agreeing with each other, and the study
-README's table equal to its results.json.
+(``vla-gym demos`` -> trainers/sft.py -> one PPO update from the SFT checkpoint -> experiments/metaworld_mt10/
+table.py's evaluations and rows; the long form, ``slow``, adds one GRPO update from the SFT and the exported models
+measured again), the configs agreeing with each other, and the study README's table equal to its results.json.
 
 The configs' own short forms (one update from scratch, two SFT steps) are tests/test_examples.py's and
 tests/test_sft.py's.
@@ -137,9 +137,16 @@ def test_fixed_goals_are_metaworlds_seeded_draws_and_init_states_keep_resets_in_
 
 
 # ----------------------------------------------------------------------------------- the chain
-def test_demos_sft_one_rl_update_and_the_table_in_short_form(mw, tmp_path):
-    """vla-gym demos -> SFT -> one PPO update (and one GRPO update) from it -> both evaluated on training and
-    held-out goals by experiments/metaworld_mt10/table.py, whose rows and table are checked."""
+def table_here(*argv) -> int:
+    """experiments/metaworld_mt10/table.py in this process (its evaluations are still trainers/eval.py processes)."""
+    return table_script().main([str(a) for a in argv])
+
+
+def chain(tmp_path, capsys, long_form: bool) -> None:
+    """vla-gym demos -> SFT -> one PPO update from it -> both evaluated greedily on training and held-out goals by
+    experiments/metaworld_mt10/table.py, whose rows and table are checked; a second ``measure`` keeps the finished
+    reports, a third takes the RL budget from the rows (no ``--rl-run``). The long form also runs one GRPO update
+    from the SFT, evaluates in the sampled mode too and measures the exported models again (8 more evaluations)."""
     pytest.importorskip("pyarrow")
     import torch
 
@@ -166,47 +173,71 @@ def test_demos_sft_one_rl_update_and_the_table_in_short_form(mw, tmp_path):
     moved = [name for name, value in ppo["policy"].items()
              if name.startswith(("pi_net", "action_head.mean")) and not torch.equal(value, state["policy"][name])]
     assert moved, "the PPO update left the SFT actor unchanged"
-    run(sys.executable, "trainers/grpo.py", "--config", CONFIGS / "metaworld_mt10_grpo.yaml", f"run_dir={tmp_path}",
-        f"grpo.init_checkpoint={sft}", "total_timesteps=1", "grpo.group_size=2", "grpo.groups_per_update=1",
-        "grpo.batch_size=16", "grpo.n_epochs=1", *short_env, *common)
-    assert (tmp_path / "grpo" / "checkpoints" / "ckpt_00000001.pt").exists()
+    if long_form:  # the GRPO config's one update from scratch is tests/test_examples.py's
+        run(sys.executable, "trainers/grpo.py", "--config", CONFIGS / "metaworld_mt10_grpo.yaml", f"run_dir={tmp_path}",
+            f"grpo.init_checkpoint={sft}", "total_timesteps=1", "grpo.group_size=2", "grpo.groups_per_update=1",
+            "grpo.batch_size=16", "grpo.n_epochs=1", *short_env, *common)
+        assert (tmp_path / "grpo" / "checkpoints" / "ckpt_00000001.pt").exists()
 
     out = tmp_path / "metaworld_rl.json"
-    result = run(sys.executable, TABLE, "measure", "--seed", "0", "--method", "ppo",
-                 "--sft-checkpoint", sft, "--rl-run", tmp_path / "ppo", "--train-goals", "0-1", "--heldout-goals",
-                 "40", "--modes", "greedy", "sampled", "--evals", tmp_path / "evals", "--env-kwarg",
-                 "max_episode_steps=20", "--export-dir", tmp_path / "models", "--out", out, timeout=600)
+    modes = ["greedy", "sampled"] if long_form else ["greedy"]  # sampled: the same rows with --stochastic evaluations
+    goals = ["--train-goals", "0-1", "--heldout-goals", "40", "--evals", tmp_path / "evals", "--env-kwarg",
+             "max_episode_steps=20"]
+    result = run(sys.executable, TABLE, "measure", "--seed", "0", "--method", "ppo", "--sft-checkpoint", sft,
+                 "--rl-run", tmp_path / "ppo", *goals, "--modes", *modes, "--export-dir", tmp_path / "models",
+                 "--out", out, timeout=600)  # the study's command, as a user types it
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["split"], r["mode"]) for r in rows] == [("heldout", "greedy"), ("heldout", "sampled"),
-                                                       ("train", "greedy"), ("train", "sampled")]
+    assert [(r["split"], r["mode"]) for r in rows] == [(split, mode) for split in ("heldout", "train") for mode in modes]
     for row in rows:
-        goals = [40] if row["split"] == "heldout" else [0, 1]
-        assert (row["suite"], row["seed"], row["method"], row["init_states"]) == ("mt10", 0, "ppo", goals)
-        assert row["episodes"] == 10 * len(goals) and 0 <= row["sft"] <= 1 and 0 <= row["rl"] <= 1
+        played_goals = [40] if row["split"] == "heldout" else [0, 1]
+        assert (row["suite"], row["seed"], row["method"], row["init_states"]) == ("mt10", 0, "ppo", played_goals)
+        assert row["episodes"] == 10 * len(played_goals) and 0 <= row["sft"] <= 1 and 0 <= row["rl"] <= 1
         assert row["env_steps"] == 32 and row["wall_minutes"] >= 0 and row["commit"]
         assert pathlib.Path(row["rl_checkpoint"]).name == "metaworld_mt10_seed0_ppo.pt"
     played = json.loads((tmp_path / "evals" / "ppo_s0_heldout_greedy" / "eval.json").read_text())["episodes"]
     assert sorted({e["spec"]["init_state_id"] for e in played}) == [40]  # held out, though PPO's pool is 0-39
     assert "| mt10 | 0 | ppo | heldout | greedy | 10 |" in result.stdout
-    table = run(sys.executable, TABLE, "table", "--out", out).stdout
-    assert table.count("| mt10 | 0 | ppo |") == 4
-    again = run(sys.executable, TABLE, "measure", "--seed", "0", "--method", "ppo",
-                "--sft-checkpoint", sft, "--rl-run", tmp_path / "ppo", "--train-goals", "0-1", "--heldout-goals", "40",
-                "--modes", "greedy", "sampled", "--evals", tmp_path / "evals", "--env-kwarg", "max_episode_steps=20",
-                "--out", out)  # a rerun keeps the finished reports (resume) and replaces the rows
-    assert again.stdout.count("kept (finished before)") == 8
+    capsys.readouterr()
+    assert table_here("table", "--out", out) == 0
+    assert capsys.readouterr().out.count("| mt10 | 0 | ppo |") == 2 * len(modes)
+    # a rerun keeps the finished reports (resume) and replaces the rows
+    assert table_here("measure", "--seed", "0", "--method", "ppo", "--sft-checkpoint", sft, "--rl-run",
+                      tmp_path / "ppo", *goals, "--modes", *modes, "--out", out) == 0
+    assert capsys.readouterr().out.count("kept (finished before)") == 4 * len(modes)
     assert [(r["sft"], r["rl"]) for r in json.loads(out.read_text())["rows"]] == [(r["sft"], r["rl"]) for r in rows]
-    models = tmp_path / "models"   # the exported models, measured again without their run: the budget of their rows
-    committed = run(sys.executable, TABLE, "measure", "--seed", "0", "--method", "ppo",
-                    "--sft-checkpoint", models / "metaworld_mt10_seed0_sft.pt", "--rl-checkpoint",
-                    models / "metaworld_mt10_seed0_ppo.pt", "--train-goals", "0-1", "--heldout-goals", "40", "--modes",
-                    "sampled", "--evals", tmp_path / "evals_again", "--env-kwarg", "max_episode_steps=20", "--out", out)
-    assert committed.stdout.count("kept (finished before)") == 0
+    # a model without its run (--rl-checkpoint alone): the budget of its rows; the reports of the same checkpoints kept
+    assert table_here("measure", "--seed", "0", "--method", "ppo", "--sft-checkpoint", sft, "--rl-checkpoint", ckpt,
+                      *goals, "--modes", modes[-1], "--out", out) == 0
+    assert capsys.readouterr().out.count("kept (finished before)") == 4
     assert {r["env_steps"] for r in json.loads(out.read_text())["rows"]} == {32}
-    missing = subprocess.run([sys.executable, TABLE, "measure", "--seed", "1", "--method",
-                              "ppo", "--sft-checkpoint", sft, "--rl-checkpoint", models / "metaworld_mt10_seed0_ppo.pt",
-                              "--evals", tmp_path / "evals_again", "--out", out], cwd=ROOT, capture_output=True, text=True)
-    assert missing.returncode != 0 and "give --rl-run" in missing.stderr
+    models = tmp_path / "models"  # the exported models are other files: their reports are not the run's
+    exported = {"sft": models / "metaworld_mt10_seed0_sft.pt", "ppo": models / "metaworld_mt10_seed0_ppo.pt"}
+    finished, kwargs, other = table_script().finished, {"max_episode_steps": 20}, {"greedy": "sampled"}
+    for who, checkpoint in {"sft": sft, "ppo": ckpt}.items():
+        report = tmp_path / "evals" / f"{who}_s0_train_{modes[0]}"
+        assert finished(report, str(checkpoint), modes[0], kwargs)
+        assert not finished(report, str(exported[who]), modes[0], kwargs)
+        assert not finished(report, str(checkpoint), other[modes[0]], kwargs)  # nor a report of the other mode
+    if long_form:  # the exported models, measured again without their run: the budget of their rows
+        assert table_here("measure", "--seed", "0", "--method", "ppo", "--sft-checkpoint", exported["sft"],
+                          "--rl-checkpoint", exported["ppo"], "--train-goals", "0-1", "--heldout-goals", "40",
+                          "--modes", "sampled", "--evals", tmp_path / "evals_again", "--env-kwarg",
+                          "max_episode_steps=20", "--out", out) == 0
+        assert capsys.readouterr().out.count("kept (finished before)") == 0
+        assert {r["env_steps"] for r in json.loads(out.read_text())["rows"]} == {32}
+    with pytest.raises(SystemExit, match="give --rl-run"):
+        table_here("measure", "--seed", "1", "--method", "ppo", "--sft-checkpoint", sft, "--rl-checkpoint",
+                   exported["ppo"], "--evals", tmp_path / "evals_again", "--out", out)
+
+
+def test_demos_sft_one_rl_update_and_the_table_in_short_form(mw, tmp_path, capsys):
+    chain(tmp_path, capsys, long_form=False)
+
+
+@pytest.mark.slow
+def test_demos_sft_rl_updates_and_the_table_in_long_form(mw, tmp_path, capsys):
+    """The chain with one GRPO update from the SFT too, both modes, and the exported models measured again."""
+    chain(tmp_path, capsys, long_form=True)
 
 
 @pytest.mark.quick

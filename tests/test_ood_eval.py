@@ -1,7 +1,8 @@
 """``trainers/eval.py --ood``: the OOD table of one checkpoint, end to end on a real ManiSkill env.
 
-The checkpoint is built here: an untrained tiny CNN policy for PushCube images (64 px, main camera), saved in
-the trainers' checkpoint format, so the test needs no training run.
+The checkpoints are built here, in the trainers' checkpoint format, so the tests need no training run: an untrained
+tiny CNN policy for PushCube images (64 px, main camera) where the rows perturb what the policy sees, and an
+untrained tiny MLP for PushCube's state (nothing rendered) where only the sampling is checked.
 """
 from __future__ import annotations
 
@@ -53,6 +54,27 @@ def tiny_checkpoint(path, chunk_size: int | None = None):
     torch.save({"config": dataclasses.asdict(cfg), "policy": policy.state_dict(), "policy_name": "cnn",
                 "policy_kwargs": POLICY_KWARGS, "observation_space": observation_space,
                 "action_space": action_space}, path)
+    return path
+
+
+#: PushCube's state vector in obs_mode="state" (ManiSkill's own: the checkpoint's contract is checked against it)
+PUSHCUBE_STATE_DIM = 35
+
+
+def state_checkpoint(path, chunk_size: int = 2):
+    """An untrained tiny MLP checkpoint for PushCube's state (no camera: nothing rendered), behind ``ActionChunk``."""
+    kwargs = {"hidden_sizes": [16]}
+    cfg = config_from_dict({
+        "env": {"id": "VLA/ManiSkill-PushCube-v0", "num_envs": 1,
+                "wrappers": [{"name": "ActionChunk", "kwargs": {"chunk_size": chunk_size}}],
+                "kwargs": {"obs_mode": "state", "max_episode_steps": 4}},
+        "policy": {"name": "mlp", "kwargs": kwargs},
+    })
+    observation_space = schema.observation_space((), (64, 64), PUSHCUBE_STATE_DIM)
+    action_space = gym.spaces.Box(-1.0, 1.0, (chunk_size, 7), np.float32)
+    policy = make_policy("mlp", observation_space, action_space, **kwargs)
+    torch.save({"config": dataclasses.asdict(cfg), "policy": policy.state_dict(), "policy_name": "mlp",
+                "policy_kwargs": kwargs, "observation_space": observation_space, "action_space": action_space}, path)
     return path
 
 
@@ -176,30 +198,57 @@ def test_libero_pro_rows_have_their_own_table(tmp_path):
         libero_pro_rows("VLA/ManiSkill-PushCube-v0")
 
 
-def test_ood_cli_end_to_end(tmp_path, capsys):
-    """One command: IND + one perturbation per category, one episode each, a table, a json and a video per row;
-    the policy acts in chunks (ActionChunk above the row's Perturb, as in the LIBERO configs)."""
+@pytest.fixture(scope="module")
+def maniskill_renderer():
+    """A SAPIEN render system on ManiSkill's CPU render device, alive for the module. Each OOD row builds and closes
+    its own env; while any render system lives, the renderer keeps its compiled pipelines, so only the first scene
+    pays them (about 7 s of CPU on lavapipe) instead of every row's. The envs are built and rendered as ever."""
+    pytest.importorskip("mani_skill")
+    import sapien
+
+    system = sapien.render.RenderSystem(sapien.Device("cpu"))
+    yield system
+    del system
+
+
+#: (perturbation, strength, row directory, category) of the end-to-end OOD rows
+OOD_ROWS = {"camera_pose": ("camera_pose", 0.03, "camera_pose", "vision"),
+            "paraphrase": ("paraphrase", 1.0, "paraphrase", "semantic"),
+            "action_noise=0.3": ("action_noise", 0.3, "action_noise-0.3", "execution")}
+
+
+@pytest.mark.parametrize("rows", [
+    ["camera_pose", "action_noise=0.3"],
+    pytest.param(["camera_pose", "paraphrase", "action_noise=0.3"], marks=pytest.mark.slow),
+], ids=["vision-execution", "one-per-category"])
+def test_ood_cli_end_to_end(tmp_path, capsys, rows, maniskill_renderer):
+    """One command: IND + one perturbation per category (the semantic row in the ``slow`` tier: every row builds
+    its own ManiSkill scene, and a scene's first frame costs seconds of shader compiling on a CPU), one episode
+    each, a table, a json and a video per row; the policy acts in chunks (ActionChunk above the row's Perturb, as in
+    the LIBERO configs)."""
     checkpoint = tiny_checkpoint(tmp_path / "ckpt.pt", chunk_size=2)
     out = tmp_path / "report"
-    code = eval_main(["--checkpoint", str(checkpoint), "--ood", "camera_pose,paraphrase,action_noise=0.3",
-                      "--episodes-per-task", "1", "--out", str(out), "--device", "cpu"])
-    assert code == 0
+    command = ["--checkpoint", str(checkpoint), "--ood", ",".join(rows), "--episodes-per-task", "1", "--out", str(out),
+               "--device", "cpu"]
+    assert eval_main(command) == 0
     printed = capsys.readouterr().out
     assert "| IND | Vision | Semantic | Execution | OOD avg |" in printed and f"OOD report: {out / 'ood.md'}" in printed
     report = json.loads((out / "ood.json").read_text())
+    expected = [OOD_ROWS[row] for row in rows]
     assert [(r["perturbation"], r["strength"], r["episodes"]) for r in report["rows"]] == [
-        ("camera_pose", 0.03, 1), ("paraphrase", 1.0, 1), ("action_noise", 0.3, 1)]
-    assert set(report["categories"]) == {"vision", "semantic", "execution"}
-    for row in ("ind", "camera_pose", "paraphrase", "action_noise-0.3"):
+        (kind, strength, 1) for kind, strength, _, _ in expected]
+    assert set(report["categories"]) == {category for *_, category in expected}
+    directories = ["ind", *(directory for _, _, directory, _ in expected)]
+    for row in directories:
         assert (out / row / "eval.json").is_file() and list((out / row / "videos").glob("*.mp4")), row
     episodes = json.loads((out / "ind" / "eval.json").read_text())["episodes"]
-    perturbed = json.loads((out / "paraphrase" / "eval.json").read_text())["episodes"]
-    assert [e["spec"] for e in episodes] == [e["spec"] for e in perturbed]  # the same episodes in every row
+    for row in directories[1:]:
+        perturbed = json.loads((out / row / "eval.json").read_text())["episodes"]
+        assert [e["spec"] for e in episodes] == [e["spec"] for e in perturbed], row  # the same episodes in every row
     # the same command again (e.g. after a kill): every finished row is kept, nothing is played
-    assert eval_main(["--checkpoint", str(checkpoint), "--ood", "camera_pose,paraphrase,action_noise=0.3",
-                      "--episodes-per-task", "1", "--out", str(out), "--device", "cpu"]) == 0
+    assert eval_main(command) == 0
     printed = capsys.readouterr().out
-    assert printed.count("kept from an earlier run") == 4 and "eval.md, " not in printed  # no row played
+    assert printed.count("kept from an earlier run") == len(directories) and "eval.md, " not in printed  # none played
     again = json.loads((out / "ood.json").read_text())
     assert again.pop("receipt")["checkpoint"] == report.pop("receipt")["checkpoint"]  # a new receipt, same model
     assert again == report
@@ -211,7 +260,7 @@ def test_ood_cli_bad_list_exits_2(tmp_path, capsys):
     assert "--ood: unknown perturbation 'lightning' (did you mean lighting?)" in capsys.readouterr().err
 
 
-def test_compare_script_puts_reports_side_by_side_on_common_rows(tmp_path):
+def test_compare_script_puts_reports_side_by_side_on_common_rows(tmp_path, capsys):
     """experiments/libero_plus_ood/compare_ood.py: before/after RL on the rows both reports have (one was cut short)."""
     script = ROOT / "experiments" / "libero_plus_ood" / "compare_ood.py"
 
@@ -237,8 +286,11 @@ def test_compare_script_puts_reports_side_by_side_on_common_rows(tmp_path):
     assert "| SFT + GRPO | 80.0 [49.0, 94.3] n=10 | 20.0 [5.7, 51.0] n=10 | " in table
     assert "| paraphrase | semantic | 1 | 60.0 % [31.3, 83.2] | 80.0 % [49.0, 94.3] | +20.0 |" in table
     assert "action_noise" not in table
-    failed = compare(str(before), str(tmp_path / "missing"))
-    assert failed.returncode == 2 and "not found" in failed.stderr
+    spec = importlib.util.spec_from_file_location("compare_ood", script)  # the rest in-process
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main([str(before), str(tmp_path / "missing")]) == 2
+    assert "not found" in capsys.readouterr().err
 
 
 @pytest.mark.quick
@@ -270,7 +322,7 @@ if __name__ == "__main__":  # the torchrun worker of test_ranks_resume_the_same_
 
 def test_eval_samples_with_the_noise_and_std_asked_for(tmp_path, capsys):
     """``--stochastic --noise chunk --std S``: the exploration noise of an RL run, measured without training."""
-    checkpoint = tiny_checkpoint(tmp_path / "ckpt.pt", chunk_size=2)
+    checkpoint = state_checkpoint(tmp_path / "ckpt.pt", chunk_size=2)
     out = tmp_path / "sampled"
     assert eval_main(["--checkpoint", str(checkpoint), "--episodes-per-task", "1", "--stochastic", "--noise", "chunk",
                       "--std", "0.05", "--out", str(out), "--device", "cpu"]) == 0
@@ -280,20 +332,25 @@ def test_eval_samples_with_the_noise_and_std_asked_for(tmp_path, capsys):
 
 
 def test_noise_sweep_script_evaluates_each_setting_once_and_writes_its_rows(tmp_path, capsys):
-    """experiments/noise_sweep/sweep.py (its short form): a greedy row and one per SHAPE:STD; a second run reads them
-    back."""
-    checkpoint = tiny_checkpoint(tmp_path / "ckpt.pt", chunk_size=2)
+    """experiments/noise_sweep/sweep.py (its short form, on the state checkpoint): a greedy row and one per
+    SHAPE:STD, each a trainers/eval.py process; a second run (in-process) reads them back."""
+    checkpoint = state_checkpoint(tmp_path / "ckpt.pt", chunk_size=2)
     command = [sys.executable, "experiments/noise_sweep/sweep.py", "--checkpoint", str(checkpoint), "--settings",
                "chunk:0.05", "--out", str(tmp_path / "noise"), "--json", str(tmp_path / "noise.json"), "--",
                "--episodes-per-task", "1", "--device", "cpu"]
     first = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
+    assert first.stdout.count("running:") == 2
     rows = json.loads((tmp_path / "noise.json").read_text())["rows"]
     assert [(r["noise"], r["std"], r["episodes"]) for r in rows] == [("greedy", 0.0, 1), ("chunk", 0.05, 1)]
-    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and "running:" not in again.stdout  # both read back, nothing played
-    bad = subprocess.run([*command[:5], "chunky:0.1", *command[6:]], cwd=ROOT, capture_output=True, text=True)
-    assert bad.returncode == 2 and "write SHAPE:STD" in bad.stderr
+    spec = importlib.util.spec_from_file_location("noise_sweep", ROOT / "experiments" / "noise_sweep" / "sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    assert sweep.main(command[2:]) == 0
+    assert "running:" not in capsys.readouterr().out  # both read back, nothing played
+    with pytest.raises(SystemExit) as bad:
+        sweep.main([*command[2:5], "chunky:0.1", *command[6:]])
+    assert bad.value.code == 2 and "write SHAPE:STD" in capsys.readouterr().err
 
 
 @pytest.mark.quick

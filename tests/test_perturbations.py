@@ -130,19 +130,46 @@ SIMULATORS = {
 }
 
 
-@pytest.fixture(scope="module", params=sorted(SIMULATORS))
-def sim(request):
-    env_id, kwargs = SIMULATORS[request.param]
+def _simulator(name: str):
+    env_id, kwargs = SIMULATORS[name]
     env = gym.make(env_id, cameras=("main", "wrist"), image_size=64, **kwargs)
     reference, _ = _episode(env)
     again, _ = _episode(env)
     assert not any(_differs(reference, again, aspect) for aspect in ASPECTS)  # the episode repeats unperturbed
-    yield SimpleNamespace(name=request.param, env=env, reference=reference)
-    env.close()
+    return SimpleNamespace(name=name, env=env, reference=reference)
 
 
-@pytest.mark.parametrize("kind", list(CHANGES))
-def test_changes_what_it_names_only_and_repeats_per_seed(sim, kind):
+@pytest.fixture(scope="module")
+def maniskill_sim():
+    sim = _simulator("maniskill")
+    yield sim
+    sim.env.close()
+
+
+@pytest.fixture(scope="module")
+def libero_sim():
+    sim = _simulator("libero")
+    yield sim
+    sim.env.close()
+
+
+@pytest.fixture(params=sorted(SIMULATORS))
+def sim(request):
+    """Each simulator's env (one per module, both kept: each test of either picks its own)."""
+    return request.getfixturevalue(f"{request.param}_sim")
+
+
+#: perturbations of the wrapper alone (the images, the instruction or the action it hands on), the same code on every
+#: simulator: on ManiSkill's in the default run, on LIBERO's too in the slow tier; the scene ones run on both
+WRAPPER_ONLY = ("image_noise", "paraphrase", "action_noise", "action_delay")
+
+
+@pytest.mark.parametrize("name, kind", [
+    pytest.param(name, kind, id=f"{name}-{kind}",
+                 marks=[pytest.mark.slow] if kind in WRAPPER_ONLY and name != "maniskill" else [])
+    for name in sorted(SIMULATORS) for kind in CHANGES])
+def test_changes_what_it_names_only_and_repeats_per_seed(request, name, kind):
+    sim = request.getfixturevalue(f"{name}_sim")
     env = Perturb(sim.env, kind)
     try:
         first, info = _episode(env)

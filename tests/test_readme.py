@@ -9,9 +9,14 @@ process, tiny models). They run in one working directory that mirrors the checko
 paths (``runs/...``) work, and a command may need another to run first (the checkpoint the GRPO command starts
 from comes from the main job). ``torchrun`` on one node gets ``--standalone`` (a free port).
 
-Python blocks: each runs in a fresh ``python -c`` (after ``PRELUDE``, so a block may use the names the blocks
-above it imported) with the replacements of ``PYTHON_BLOCKS``, keyed by the block's first line that is not an
-import (see ``block_id``). A block that
+Where the command is several processes (the main job's two torchrun ranks, the two nodes of the multi-node
+command) it runs as such, a real ``torchrun``. Every other command runs in one driver process, one after another
+(tests/config_driver.py: its script executed as ``__main__`` with its argv, its output and exit code captured as a
+subprocess's; a one-process ``torchrun`` with the rank variables torchrun sets).
+
+Python blocks: each runs as ``python -c`` (after ``PRELUDE``, so a block may use the names the blocks above it
+imported; in a namespace of its own, in the same driver process as the commands) with the replacements of
+``PYTHON_BLOCKS``, keyed by the block's first line that is not an import (see ``block_id``). A block that
 makes a BEHAVIOR env must fail with the clear "needs Isaac Sim" error (no machine here can run it).
 """
 from __future__ import annotations
@@ -19,9 +24,11 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
+import subprocess
 
 import pytest
 import yaml
+from config_driver import Job, run_jobs
 from short_runs import (
     ROOT,
     TINY_VLM,
@@ -53,8 +60,9 @@ class Short:
     needs: str | None = None                 # a README command that must have run first (same working dir)
     copies: int = 1                          # start this many at once (the nodes of a multi-node command)
     expect_files: tuple[str, ...] = ()       # globs (relative to the working dir) that must match afterwards
-    #: ``python trainers/<algo>.py --config <config>`` and nothing else: tests/test_examples.py runs exactly this
-    #: command's short form for every config, so it is checked to be that command and not run twice
+    #: tests/test_examples.py::test_config_runs_one_update runs this very command's short form for every config, so
+    #: it is checked to be that command and not run twice: ``python trainers/<algo>.py --config <config>``, or the
+    #: same on one torchrun process (after ``replace``) with overrides that the config's short form sets again
     same_as_config_test: bool = False
 
 
@@ -64,10 +72,11 @@ SHORT_FORMS = {
         extra=("eval.episodes=2", "eval.video=true", "eval.video_episodes=1", "eval.num_envs=1"),
         expect_files=("runs/maniskill_pushcube_ppo/checkpoints/ckpt_*.pt", "runs/maniskill_pushcube_ppo/config.yaml",
                       "runs/maniskill_pushcube_ppo/eval/eval.md", "runs/maniskill_pushcube_ppo/eval/videos/*.mp4")),
+    # one process: GRPO's two ranks are tests/test_torchrun.py's (identical parameters, groups split over the ranks)
     "torchrun --nproc_per_node=2 trainers/grpo.py --config examples/configs/maniskill_pushcube_grpo.yaml "
     "grpo.init_checkpoint=runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000450.pt": Short(
-        replace=(("ckpt_00000450.pt", "ckpt_00000001.pt"),), needs=MAIN_JOB,
-        expect_files=("runs/maniskill_pushcube_grpo/checkpoints/ckpt_*.pt",)),
+        replace=(("ckpt_00000450.pt", "ckpt_00000001.pt"), ("--nproc_per_node=2", "--nproc_per_node=1")),
+        needs=MAIN_JOB, expect_files=("runs/maniskill_pushcube_grpo/checkpoints/ckpt_*.pt",)),
     "python trainers/eval.py --checkpoint runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000450.pt --num-envs 4": Short(
         replace=(("ckpt_00000450.pt", "ckpt_00000001.pt"), ("--num-envs 4", "--num-envs 1")),
         extra=("--episodes-per-task", "2"),
@@ -77,10 +86,10 @@ SHORT_FORMS = {
     "--config examples/configs/libero_10_grpo.yaml": Short(
         replace=(("--nproc_per_node=8", "--nproc_per_node=1"), ("HOST:29500", "127.0.0.1:{port}")), copies=2,
         expect_files=("runs/libero_10_grpo/checkpoints/ckpt_*.pt",)),
+    # on one process, with the model the config's short form names (a tiny PaliGemma): the config test's command
     "torchrun --nproc_per_node=8 trainers/grpo.py --config examples/configs/libero_vla_tokens_grpo.yaml "
     "policy.kwargs.model=/checkpoints/my-paligemma-sft": Short(
-        replace=(("--nproc_per_node=8", "--nproc_per_node=1"),),  # the model: a tiny PaliGemma (config short form)
-        expect_files=("runs/libero_vla_tokens_grpo/checkpoints/ckpt_*.pt",)),
+        replace=(("--nproc_per_node=8", "--nproc_per_node=1"),), same_as_config_test=True),
     "python trainers/ppo.py --config examples/configs/maniskill_small_ppo.yaml": Short(same_as_config_test=True),
     # LIBERO demos -> SFT -> GRPO -> eval, chained: one short episode of one task, two SFT steps, one GRPO update
     LIBERO_DEMOS: Short(
@@ -88,7 +97,9 @@ SHORT_FORMS = {
                  ("--workers 2", "--workers 1")),
         extra=("--tasks", "0", "--keep-failures", "--env-kwarg", "max_episode_steps=8"),
         expect_files=("data/libero_spatial/meta/info.json",)),
-    LIBERO_SFT: Short(needs=LIBERO_DEMOS, expect_files=("runs/libero_small_sft/final.pt",)),
+    # one process: SFT's two ranks are tests/test_sft.py::test_sft_under_torchrun_two_processes's
+    LIBERO_SFT: Short(replace=(("--nproc_per_node=2", "--nproc_per_node=1"),), needs=LIBERO_DEMOS,
+                      expect_files=("runs/libero_small_sft/final.pt",)),
     "python trainers/grpo.py --config examples/configs/libero_small_grpo.yaml "
     "grpo.init_checkpoint=runs/libero_small_sft/final.pt": Short(
         needs=LIBERO_SFT, expect_files=("runs/libero_small_grpo/checkpoints/ckpt_*.pt",)),
@@ -179,56 +190,117 @@ def workdir(tmp_path_factory):
     return work
 
 
-@pytest.fixture(scope="module")
-def runner(workdir, tmp_path_factory):
-    done: dict[str, object] = {}
+def replaced(command: str, short: Short, strict: bool = True) -> str:
+    """The README command with the short form's replacements ({port}: a free port); ``strict``: each must apply."""
+    port = str(free_port())
+    for old, new in short.replace:
+        assert old in command or not strict, f"README command changed: {old!r} not in {command!r}; update SHORT_FORMS"
+        command = command.replace(old, new.replace("{port}", port))
+    return command
 
-    def run(command: str):
-        if command not in done:
-            short = SHORT_FORMS[command]
-            if short.needs:
-                assert_ok(run(short.needs), f"{short.needs} (needed by {command})")
-            done[command] = run_short(command, short, workdir, tmp_path_factory)
-        return done[command]
 
-    return run
+def process_count(argv: list[str]) -> int:
+    """How many processes a (torchrun) command line starts."""
+    if argv[0] != "torchrun":
+        return 1
+    flags = dict(arg.lstrip("-").split("=", 1) for arg in argv[1:] if arg.startswith("--") and "=" in arg)
+    return int(flags.get("nnodes", 1)) * int(flags.get("nproc_per_node", 1))
+
+
+def runs_in_process(command: str) -> bool:
+    """One process on one node: run by the driver (several: a real torchrun, or several launchers)."""
+    short = SHORT_FORMS[command]
+    return short.copies == 1 and process_count(shlex.split(replaced(command, short, strict=False))) == 1
 
 
 def short_argv(command: str, short: Short, models_base) -> list[str]:
-    port = str(free_port())
-    for old, new in short.replace:
-        assert old in command, f"README command changed: {old!r} not in {command!r}; update SHORT_FORMS"
-        command = command.replace(old, new.replace("{port}", port))
-    program, *args = shlex.split(command)
+    """The short form as typed (``torchrun``, ``python``, ``vla-gym`` first)."""
+    program, *args = shlex.split(replaced(command, short))
     if program == "torchrun" and not any(arg.startswith("--nnodes") for arg in args):
         args = ["--standalone", *args]
     if "--config" in args:
         config = ROOT / args[args.index("--config") + 1]
-        nproc = 1
-        if program == "torchrun":
-            flags = dict(arg.lstrip("-").split("=", 1) for arg in args if arg.startswith("--") and "=" in arg)
-            nproc = int(flags.get("nnodes", 1)) * int(flags.get("nproc_per_node", 1))
-        import yaml
-
         policy = (yaml.safe_load(config.read_text()).get("policy") or {}).get("name", "")
         models = tiny_vlms(models_base) if policy in TINY_VLM else {}
-        args += config_short_form(config, "runs", models, nproc)
-    return [*executable(program), *args, *short.extra]
+        args += config_short_form(config, "runs", models, process_count([program, *args]))
+    return [program, *args, *short.extra]
 
 
-def run_short(command: str, short: Short, workdir, tmp_path_factory):
-    argv = short_argv(command, short, tmp_path_factory.getbasetemp())
+def run_processes(command: str, short: Short, workdir, models_base):
+    """A command of several processes, for real (``short.copies`` launchers at once)."""
+    argv = short_argv(command, short, models_base)
+    argv = [*executable(argv[0]), *argv[1:]]
     if short.copies == 1:
         return run_command(argv, cwd=workdir, timeout=480)
     processes = [start_command(argv, cwd=workdir) for _ in range(short.copies)]
     results = []
-    import subprocess
-
     for process in processes:
         stdout, stderr = process.communicate(timeout=480)
         results.append(subprocess.CompletedProcess(argv, process.returncode, stdout, stderr))
     failed = [r for r in results if r.returncode != 0]
     return failed[0] if failed else results[0]
+
+
+def block_code(block: str) -> str:
+    """``PRELUDE`` and the block with its replacements (the test checks that each still applies)."""
+    rules = PYTHON_BLOCKS.get(block_id(block), {})
+    code = block
+    for old, new in rules.get("replace", ()):
+        code = code.replace(old, new)
+    return PRELUDE + rules.get("prelude", "") + code
+
+
+def in_process_commands() -> list[str]:
+    """The README commands the driver runs, in README order with each one's needs before it."""
+    ordered: list[str] = []
+
+    def add(command: str) -> None:
+        short = SHORT_FORMS[command]
+        if command in ordered or short.same_as_config_test or not runs_in_process(command):
+            return
+        if short.needs:
+            add(short.needs)
+        ordered.append(command)
+
+    for command in runnable_commands():
+        if command in SHORT_FORMS:
+            add(command)
+    return ordered
+
+
+@pytest.fixture(scope="module")
+def runner(workdir, tmp_path_factory):
+    """``run(command)`` -> its short form's CompletedProcess (``run("block:<block id>")``: a python block's). The
+    first command or block of the driver's runs them all; a command of several processes runs on its own."""
+    done: dict[str, subprocess.CompletedProcess] = {}
+    models_base = tmp_path_factory.getbasetemp()
+
+    def run(key: str):
+        if key not in done:
+            if key.startswith("block:") or runs_in_process(key):
+                run_driver()
+            else:
+                short = SHORT_FORMS[key]
+                if short.needs:
+                    run(short.needs)  # the test checks its result
+                done[key] = run_processes(key, short, workdir, models_base)
+        return done[key]
+
+    def run_driver():
+        jobs = []
+        for command in in_process_commands():
+            needs = SHORT_FORMS[command].needs
+            if needs and not runs_in_process(needs):
+                run(needs)
+            try:
+                jobs.append(Job(command, short_argv(command, SHORT_FORMS[command], models_base), cwd=str(workdir)))
+            except AssertionError as exc:  # "README command changed": that command's test says so
+                done[command] = subprocess.CompletedProcess(command, 1, "", str(exc))
+        jobs += [Job(f"block:{block_id(block)}", ["python", "-c", block_code(block)], cwd=str(workdir))
+                 for block in python_blocks()]
+        done.update(run_jobs(jobs, tmp_path_factory.mktemp("readme_driver"), cwd=workdir))
+
+    return run
 
 
 # ------------------------------------------------------------------------------------------------ tests
@@ -267,26 +339,35 @@ def test_commands_not_run_here_are_run_elsewhere():
 
 @pytest.mark.parametrize("command", [c for c in runnable_commands() if c in SHORT_FORMS])
 def test_readme_command(command, runner, workdir):
-    if SHORT_FORMS[command].same_as_config_test:
-        program, script, flag, config = shlex.split(command)
-        assert program in ("python", "python3") and flag == "--config", command
+    short = SHORT_FORMS[command]
+    if short.same_as_config_test:
+        program, *args = shlex.split(replaced(command, short))
+        if program == "torchrun":  # one process: what the config test's python command runs
+            assert process_count([program, *args]) == 1, command
+            while args[0].startswith("--"):
+                args.pop(0)
+        script, flag, config, *overrides = args
+        assert program in ("python", "python3", "torchrun") and flag == "--config", command
         assert script == trainer_script(ROOT / config) and (ROOT / config).is_file(), command
+        # the README's own overrides: each one set again by the config's short form (which comes after them)
+        shortened = {o.split("=")[0] for o in config_short_form(ROOT / config, "runs", dict.fromkeys(TINY_VLM, "m"))}
+        assert {o.split("=")[0] for o in overrides} <= shortened, (
+            f"{command}: an override the config test's short form does not set; give it a short form of its own")
         return  # tests/test_examples.py::test_config_runs_one_update runs this very command's short form
+    if short.needs:
+        assert_ok(runner(short.needs), f"{short.needs} (needed by {command})")
     assert_ok(runner(command))
-    for pattern in SHORT_FORMS[command].expect_files:
+    for pattern in short.expect_files:
         assert list(workdir.glob(pattern)), f"{command}: nothing matches {pattern}"
 
 
 @pytest.mark.parametrize("block", python_blocks(), ids=block_id)
-def test_readme_python_block(block, workdir):
+def test_readme_python_block(block, runner):
     rules = PYTHON_BLOCKS.get(block_id(block), {})
-    code = block
-    for old, new in rules.get("replace", ()):
-        assert old in code, f"README block changed: {old!r} not in it; update PYTHON_BLOCKS"
-        code = code.replace(old, new)
+    for old, _ in rules.get("replace", ()):
+        assert old in block, f"README block changed: {old!r} not in it; update PYTHON_BLOCKS"
     expect = rules.get("expect", "isaac" if "VLA/Behavior" in block else "ok")
-    result = run_command([*executable("python"), "-c", PRELUDE + rules.get("prelude", "") + code], cwd=workdir,
-                         timeout=300)
+    result = runner(f"block:{block_id(block)}")
     if expect == "ok":
         assert_ok(result, f"README python block starting {block_id(block)!r}")
     elif expect == "isaac":

@@ -1,6 +1,7 @@
 """``RecordEpisodes(successes_only=True)`` renders the frames an action chunk skipped only for successes, from the
 poses kept at each skipped step (``VLAEnv.render_snapshot()``), and those frames are the pixels an immediate
-render gives: the scripted expert's successful LIBERO episode is recorded both ways and compared frame by frame.
+render gives: the scripted expert's successful LIBERO episode is recorded as it is played, every frame rendered at
+once, and its actions are replayed in chunks recorded with ``successes_only``; the two are compared frame by frame.
 A failure is staged as its marker alone."""
 from __future__ import annotations
 
@@ -25,17 +26,21 @@ def make_env():
     return gym.make("VLA/LiberoObject-v0", cameras=["main", "wrist"], image_size=SHORT_IMAGE_SIZE)
 
 
-def expert_actions(env) -> np.ndarray:
-    """The scripted expert's actions up to its success (the episode the recorders replay)."""
+def record_expert(env, directory) -> tuple[np.ndarray, list[dict]]:
+    """The scripted expert's episode up to its success, recorded step by step with every frame rendered at once:
+    (its actions, which the chunked recorder replays; the staged episodes)."""
     from vla_gym.data.experts.dispatch import expert_for
+    from vla_gym.wrappers import RecordEpisodes
+    from vla_gym.wrappers.record_episodes import staged_episodes
 
-    env.reset(seed=0, options={"task_id": TASK, "init_state_id": INIT_STATE})
-    expert, actions = expert_for(env), []
+    recorder = RecordEpisodes(env, directory, successes_only=False)
+    recorder.reset(seed=0, options={"task_id": TASK, "init_state_id": INIT_STATE})
+    expert, actions = expert_for(recorder), []
     for _ in range(300):
-        actions.append(expert())
-        *_, terminated, _, _ = env.step(actions[-1])
+        actions.append(np.asarray(expert(), np.float32))
+        *_, terminated, _, _ = recorder.step(actions[-1])
         if terminated:
-            return np.asarray(actions, np.float32)
+            return np.asarray(actions, np.float32), staged_episodes(directory)
     pytest.fail("the scripted expert did not succeed")
 
 
@@ -56,9 +61,8 @@ def record(env, directory, actions: np.ndarray, successes_only: bool) -> list[di
 def recorded(tmp_path_factory):
     env = make_env()
     try:
-        actions = expert_actions(env)
         root = tmp_path_factory.mktemp("recorded")
-        now = record(env, root / "now", actions, successes_only=False)
+        actions, now = record_expert(env, root / "now")
         later = record(env, root / "later", actions, successes_only=True)
         # a failure: the same start, the first chunk only, cut by the time limit
         env.unwrapped.max_episode_steps_override = CHUNK
@@ -90,18 +94,18 @@ def test_a_failure_with_successes_only_is_staged_as_its_marker_alone(recorded):
 
 
 def test_the_record_cost_benchmark_runs_in_short_form(tmp_path):
-    """benchmarks/record_cost.py at 32 px, one camera, one repeat (it claims nothing at this size: it must run)."""
-    import subprocess
-    import sys
+    """benchmarks/record_cost.py --quick, its ``main`` in this process: the success played each way once at 32 px (it
+    claims nothing at this size: it must run)."""
+    import importlib.util
 
     from short_runs import ROOT
 
+    spec = importlib.util.spec_from_file_location("record_cost", ROOT / "benchmarks" / "record_cost.py")
+    record_cost = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(record_cost)
     out = tmp_path / "cost.json"
-    done = subprocess.run([sys.executable, "benchmarks/record_cost.py", "--image-size", "32", "--cameras", "main",
-                           "--repeats", "1", "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert record_cost.main(["--quick", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["episode"], r["mode"]) for r in rows][:3] == [("success", "unrecorded"), ("success", "recorded"),
-                                                             ("success", "recorded, successes only")]
+    assert [(r["episode"], r["mode"]) for r in rows] == [("success", "unrecorded"), ("success", "recorded"),
+                                                         ("success", "recorded, successes only")]
     assert all(r["ms_per_step"] > 0 for r in rows) and rows[0]["ratio"] == 1.0

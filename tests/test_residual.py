@@ -29,6 +29,17 @@ def residual_policy(**kwargs):
     return ResidualPolicy(state["observation_space"], state["action_space"], base_checkpoint=BASE, **kwargs)
 
 
+def critic_probe():
+    """experiments/libero_miniature/residual_critic_probe.py as a module (a study script: not on the import path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("residual_critic_probe",
+                                                  ROOT / "experiments" / "libero_miniature" / "residual_critic_probe.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def observations(batch: int = 2):
     generator = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (batch, 128, 128, 3), dtype=torch.uint8, generator=generator)
@@ -123,9 +134,9 @@ def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path
     state = torch.load(run / "final.pt", weights_only=False)
     assert state["counters"]["num_timesteps"] == 32 and state["td3"]["critic_steps"] == 4  # two decisions x one step, per round
     assert {"train/actor/q_gain", "train/critic/best_gain"} <= scalar_tags(run)  # once the actor has stepped
-    probe = run_command([*executable("python"), "experiments/libero_miniature/residual_critic_probe.py", "--run", str(run), "--batches", "2",
-                         "--batch-size", "4", "--out", str(tmp_path / "probe.json")], timeout=120)
-    assert_ok(probe)
+    # the study's critic probe reads the run's critics and replay (in this process: a script of one step)
+    assert critic_probe().main(["--run", str(run), "--batches", "2", "--batch-size", "4",
+                                "--out", str(tmp_path / "probe.json")]) == 0
     probed = json.loads((tmp_path / "probe.json").read_text())
     assert probed["env_steps"] == 32 and probed["residual_l2"] == 0.4 and probed["best_gain"] >= probed["actor_q_gain"] - 1e-6
     evaluation = run_command([*executable("python"), "trainers/eval.py", "--checkpoint", str(run / "final.pt"),
@@ -147,8 +158,9 @@ def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path
 
 def test_trainer_refuses_another_policy(tmp_path):
     result = run_command([*executable("python"), "trainers/residual.py", "--config", CONFIG, f"run_dir={tmp_path}",
-                          "policy.name=vla_gym.trainers.policies.vla_small:SmallVLAPolicy", "policy.kwargs={}"],
-                         timeout=300)
+                          "policy.name=vla_gym.trainers.policies.vla_small:SmallVLAPolicy", "policy.kwargs={}",
+                          "env.num_envs=1", "env.vectorization=sync", f"env.kwargs.image_size={SHORT_IMAGE_SIZE}"],
+                         timeout=300)  # one small env in this process: the refusal comes once the policy is built
     assert result.returncode == 2 and "residual RL trains a" in result.stderr, result.stderr[-2000:]
     assert not (tmp_path / "libero_small_residual").exists()
 

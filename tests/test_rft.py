@@ -2,8 +2,8 @@
 (``sft.dataset=A,A``, the several-datasets path), then one RFT round (sample with noise, keep successes, fit from
 the sampling policy with ``--fit continue``, evaluate, keeping the greedy evaluations' successes too and sampling
 only where the greedy evaluation failed), a second round that samples nothing (``--samples-per-start 0``: the greedy
-evaluations' successes are its data), then the same command again, which finds every step's output and plays
-nothing.
+evaluations' successes are its data), then the same command again (in the test's process), which finds every step's
+output and plays nothing.
 
 The 8-step episodes never succeed, so the round fits the demos alone; keeping and cloning successes is
 tests/test_rollout_dataset.py's (``--record-dataset --successes-only``) and tests/test_demos_dataset.py's (several
@@ -25,13 +25,17 @@ from short_runs import ROOT, SHORT_IMAGE_SIZE, child_env, executable  # noqa: E4
 CONFIG = ROOT / "experiments" / "libero_miniature" / "configs" / "libero_object_miniature_sft.yaml"
 
 
-#: the SFT config shrunk to two optimizer steps on 8-step episodes (the RFT round's fit takes them too)
+#: the SFT config shrunk to two optimizer steps on 8-step episodes (the RFT round's fit takes them too), with a small
+#: CNN in place of the study's pretrained small VLA (whose encoders every evaluation and fit would load again: the
+#: rounds are what is tested here, the policy families' cloning is tests/test_sft.py's)
+TINY_POLICY = ["policy.name=cnn", "policy.kwargs={image_features: 16, hidden_sizes: [32], critic: false}"]
 SHORT = ["device=cpu", "torch_threads=1", "sft.max_steps=2", "sft.batch_size=4",
          f"env.kwargs.image_size={SHORT_IMAGE_SIZE}", "env.kwargs.max_episode_steps=8", "env.num_envs=1",
-         "env.vectorization=sync", "eval.episodes=0", "logging.progress_bar=false", "checkpoint.resume=null"]
+         "env.vectorization=sync", "eval.episodes=0", "logging.progress_bar=false", "checkpoint.resume=null",
+         *TINY_POLICY]
 
 
-def test_rft_round_runs_in_short_form_and_resumes(tmp_path):
+def test_rft_round_runs_in_short_form_and_resumes(tmp_path, capfd):
     from vla_gym.data.record import record_demos
 
     demos = tmp_path / "demos"
@@ -80,7 +84,10 @@ def test_rft_round_runs_in_short_form_and_resumes(tmp_path):
     assert row["sampled"] is None and row["sampled_episodes"] == 0 and row["env_steps"] == 0
     assert row["greedy_successes_kept"] == 0 and not list((out / "round_2").glob("sample_*"))
 
-    again = subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300,
-                           check=False)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert "running:" not in again.stdout and "round 2:" in again.stdout
+    # the same command once more, in this process (it finds every step's output: no process to start)
+    from vla_gym.trainers.rft import main
+
+    capfd.readouterr()
+    assert main(command[len(executable("python")) + 1:]) == 0
+    again = capfd.readouterr().out
+    assert "running:" not in again and "round 2:" in again

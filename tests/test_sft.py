@@ -3,6 +3,10 @@ into GRPO, resume, torchrun, and every ``examples/configs/*_sft.yaml`` in short 
 
 Datasets are recorded here by ``vla_gym.data.record`` on the real simulators: real PushCube expert episodes,
 and (for the LIBERO configs' short forms) one 8-step LIBERO-Spatial episode kept whatever its outcome.
+
+The configs' short forms and the command-line errors run one after another in one driver process
+(tests/config_driver.py: ``trainers/sft.py`` executed as ``__main__`` with each command's argv, output and exit code
+captured as a subprocess's); SFT on two processes runs under a real ``torchrun``.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import torch
 pytest.importorskip("pyarrow")
 pytest.importorskip("transformers")
 
+from config_driver import Job, run_jobs  # noqa: E402
 from short_runs import ROOT, SHORT_IMAGE_SIZE, TINY_VLM, child_env, executable, free_port, tiny_vlms  # noqa: E402
 
 from vla_gym.trainers.runtime.config import load_config  # noqa: E402
@@ -73,20 +78,61 @@ def sft_short_form(config: pathlib.Path, run_dir, dataset: str, models: dict, np
     return overrides
 
 
+#: command-line errors of trainers/sft.py: (overrides, words of the one-line error); the dataset's path is relative
+#: to ``{tmp}``, a folder of the test's
+COMMAND_LINE_ERRORS = {
+    "no_dataset": (["sft.dataset={tmp}/none"], "vla-gym demos"),
+    "fsdp": (["sft.dataset=data/x", "distributed.strategy=fsdp"], "distributed.strategy=ddp"),
+}
+
+
+@pytest.fixture(scope="module")
+def sft_commands(datasets, models, tmp_path_factory):
+    """``(job id) -> CompletedProcess`` of every SFT config's short form (id: the config's stem; its run directory
+    ``.runs / stem``) and of every COMMAND_LINE_ERRORS case, all run by one driver process on first use."""
+    base = tmp_path_factory.mktemp("sft_commands")
+    results: dict = {}
+    skipped: dict[str, str] = {}
+
+    def jobs() -> list[Job]:
+        made = []
+        for config in CONFIGS:
+            cfg = load_config(config)
+            try:
+                dataset = datasets(cfg.env.id, cfg.env.kwargs.get("cameras", ["main"]), dict(cfg.env.kwargs))
+            except pytest.skip.Exception as exc:  # its simulator is not installed
+                skipped[config.stem] = str(exc)
+                continue
+            made.append(Job(config.stem, ["python", "trainers/sft.py", "--config", str(config),
+                                          *sft_short_form(config, base / "runs" / config.stem, dataset, models)]))
+        config = ROOT / "examples" / "configs" / "maniskill_small_sft.yaml"
+        for case, (overrides, _) in COMMAND_LINE_ERRORS.items():
+            made.append(Job(f"error:{case}", ["python", "trainers/sft.py", "--config", str(config),
+                                              *(o.replace("{tmp}", str(base)) for o in overrides)]))
+        return made
+
+    def result(job_id: str):
+        if not results:
+            results.update(run_jobs(jobs(), base / "driver"))
+        if job_id in skipped:
+            pytest.skip(skipped[job_id])
+        return results[job_id]
+
+    result.runs = base / "runs"
+    return result
+
+
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
-def test_every_sft_config_runs_in_short_form(config, datasets, models, tmp_path):
+def test_every_sft_config_runs_in_short_form(config, sft_commands, models):
     from vla_gym.trainers.runtime.checkpoint import load_policy
 
     cfg = load_config(config)
-    dataset = datasets(cfg.env.id, cfg.env.kwargs.get("cameras", ["main"]), dict(cfg.env.kwargs))
-    result = subprocess.run(
-        [*executable("python"), "trainers/sft.py", "--config", str(config),
-         *sft_short_form(config, tmp_path, dataset, models)],
-        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=900, check=False)
+    result = sft_commands(config.stem)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    final = tmp_path / cfg.name / "final.pt"
+    run = sft_commands.runs / config.stem / cfg.name
+    final = run / "final.pt"
     assert final.exists() and "final.pt" in result.stdout
-    assert list((tmp_path / cfg.name / "tensorboard").iterdir())
+    assert list((run / "tensorboard").iterdir())
     overrides = {"model": models[cfg.policy.name]} if cfg.policy.name in TINY_VLM else {}
     state = torch.load(final, weights_only=False)
     state["policy_kwargs"].update(overrides)
@@ -196,11 +242,8 @@ def test_sft_under_torchrun_two_processes(datasets, tmp_path):
     assert len(checkpoint["rng"]) == 2  # one RNG state per rank
 
 
-def test_sft_command_line_errors_name_the_fix(tmp_path):
+def test_sft_command_line_errors_name_the_fix(sft_commands):
     """Through launch.train_main: a missing dataset and an unsupported strategy stop with exit code 2 and a message."""
-    config = ROOT / "examples" / "configs" / "maniskill_small_sft.yaml"
-    for overrides, words in (([f"sft.dataset={tmp_path / 'none'}"], "vla-gym demos"),
-                             (["sft.dataset=data/x", "distributed.strategy=fsdp"], "distributed.strategy=ddp")):
-        result = subprocess.run([*executable("python"), "trainers/sft.py", "--config", str(config), *overrides],
-                                cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300, check=False)
+    for case, (_, words) in COMMAND_LINE_ERRORS.items():
+        result = sft_commands(f"error:{case}")
         assert result.returncode == 2 and words in result.stderr and "Traceback" not in result.stderr, result.stderr

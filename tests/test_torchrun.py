@@ -1,7 +1,8 @@
 """Two processes under ``torchrun --nproc_per_node=2`` on the CPU (gloo).
 
-The tests launch this very file with torchrun; run as a script it is the worker: it trains a few updates
-and saves what the checks compare (parameters, each rank's first observations, its GRPO group specs).
+The tests launch this very file with torchrun, once per module: run as a script it is the worker. It trains a few
+PPO updates, then a few GRPO updates, in one process group, saving what the checks compare (parameters, each
+rank's first observations, its GRPO group specs), then closes the group with rank 1 a second late.
 """
 import json
 import os
@@ -37,14 +38,13 @@ def check(result: subprocess.CompletedProcess) -> None:
 
 
 # ------------------------------------------------------------------------------------------- worker
-def worker(algo_name: str, out: pathlib.Path) -> None:
+def train(algo_name: str, out: pathlib.Path, dist) -> None:
+    """A few updates of ``algo_name`` on ``dist``'s ranks; each rank saves its parameters and what it drew."""
     from vla_gym.trainers.grpo import GRPO
     from vla_gym.trainers.ppo import PPO
     from vla_gym.trainers.runtime.config import config_from_dict
-    from vla_gym.trainers.runtime.distributed import Distributed
 
-    dist = Distributed.from_env("cpu")
-    cfg = config_from_dict(dict(CARTPOLE, run_dir=str(out / "runs")))
+    cfg = config_from_dict(dict(CARTPOLE, run_dir=str(out / algo_name / "runs")))
     algo = (PPO if algo_name == "ppo" else GRPO).from_config(cfg, dist=dist, write_run=True)
     initial = {k: v.clone() for k, v in algo.policy.state_dict().items()}
     first_obs = []
@@ -69,17 +69,18 @@ def worker(algo_name: str, out: pathlib.Path) -> None:
                 "steps": algo.num_timesteps}, out / f"{algo_name}_rank{dist.rank}.pt")
     (out / f"{algo_name}_rank{dist.rank}.json").write_text(json.dumps({"first_obs": first_obs, "specs": specs}))
     algo.close()
-    dist.close()
 
 
-def close_worker(out: pathlib.Path) -> None:
-    """Rank 1 arrives at ``close(synchronize=True)`` a second late; each rank writes when it arrived and when
-    ``close`` returned."""
+def worker(out: pathlib.Path) -> None:
+    """PPO, then GRPO, in one process group; then ``close(synchronize=True)`` with rank 1 arriving a second late
+    (each rank writes when it arrived and when ``close`` returned)."""
     import time
 
     from vla_gym.trainers.runtime.distributed import Distributed
 
     dist = Distributed.from_env("cpu")
+    for algo_name in ("ppo", "grpo"):
+        train(algo_name, out, dist)
     if dist.rank == 1:
         time.sleep(1.0)
     arrived = time.time()
@@ -89,29 +90,37 @@ def close_worker(out: pathlib.Path) -> None:
 
 
 # -------------------------------------------------------------------------------------------- tests
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory) -> pathlib.Path:
+    """One ``torchrun --nproc_per_node=2`` of this file's worker, shared by the checks below."""
+    out = tmp_path_factory.mktemp("torchrun")
+    check(torchrun(__file__, str(out)))
+    return out
+
+
 @pytest.mark.parametrize("algo", ["ppo", "grpo"])
-def test_both_ranks_hold_identical_parameters(tmp_path, algo):
-    check(torchrun(__file__, algo, str(tmp_path)))
-    ranks = [torch.load(tmp_path / f"{algo}_rank{r}.pt") for r in (0, 1)]
+def test_both_ranks_hold_identical_parameters(launched, algo):
+    ranks = [torch.load(launched / f"{algo}_rank{r}.pt") for r in (0, 1)]
     for key, value in ranks[0]["final"].items():
         assert torch.equal(value, ranks[1]["final"][key]), key
         assert torch.equal(ranks[0]["initial"][key], ranks[1]["initial"][key]), key
     assert any(not torch.equal(ranks[0]["initial"][k], v) for k, v in ranks[0]["final"].items()), "nothing learnt"
     assert ranks[0]["updates"] == ranks[1]["updates"] >= 2 and ranks[0]["steps"] == ranks[1]["steps"] >= 1024
-    info = [json.loads((tmp_path / f"{algo}_rank{r}.json").read_text()) for r in (0, 1)]
+    info = [json.loads((launched / f"{algo}_rank{r}.json").read_text()) for r in (0, 1)]
     if algo == "ppo":  # each rank owns its env shard, seeded apart
         assert info[0]["first_obs"] != info[1]["first_obs"]
     else:  # groups never span ranks: each rank draws its own initial states
         assert not set(map(tuple, info[0]["specs"])) & set(map(tuple, info[1]["specs"]))
-    run = tmp_path / "runs" / "tr"
+    run = launched / algo / "runs" / "tr"
     assert (run / "config.yaml").exists() and list((run / "tensorboard").iterdir())
     assert len(list((run / "checkpoints").glob("ckpt_*.pt"))) >= 1
     assert len(list((run / "tensorboard").iterdir())) == 1  # only rank 0 logs
 
 
 def test_entry_points_under_torchrun(tmp_path):
-    overrides = [f"run_dir={tmp_path}", "name=cli", "total_timesteps=2048", "checkpoint.every=4", "eval.episodes=4",
-                 "logging.progress_bar=false"]
+    # 4 updates of 8 envs x 32 steps, a checkpoint after the 4th, then an evaluation
+    overrides = [f"run_dir={tmp_path}", "name=cli", "total_timesteps=1024", "ppo.n_epochs=2", "checkpoint.every=4",
+                 "eval.episodes=4", "logging.progress_bar=false"]
     result = torchrun("trainers/ppo.py", "--config", "examples/configs/cartpole_ppo.yaml", *overrides)
     check(result)
     assert "run directory:" in result.stdout and result.stdout.count("run directory:") == 1  # rank 0 prints
@@ -125,17 +134,13 @@ def test_entry_points_under_torchrun(tmp_path):
     assert sorted(e["spec"]["seed"] for e in report["episodes"]) == list(range(6))
 
 
-def test_a_synchronized_close_waits_for_the_late_rank(tmp_path):
+def test_a_synchronized_close_waits_for_the_late_rank(launched):
     """The clean end of every command (``Distributed.close(synchronize=True)``): no rank tears the group down
     while another has not arrived yet (the plain close, kept for error paths, returns on rank 0 about a second
     before rank 1 arrives: this check fails without the barrier)."""
-    check(torchrun(__file__, "close", str(tmp_path), timeout=120))
-    first, late = (json.loads((tmp_path / f"close_rank{r}.json").read_text()) for r in (0, 1))
+    first, late = (json.loads((launched / f"close_rank{r}.json").read_text()) for r in (0, 1))
     assert first["returned"] >= late["arrived"]
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "close":
-        close_worker(pathlib.Path(sys.argv[2]))
-    else:
-        worker(sys.argv[1], pathlib.Path(sys.argv[2]))
+    worker(pathlib.Path(sys.argv[1]))

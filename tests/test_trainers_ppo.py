@@ -32,6 +32,18 @@ def run_script(script: str, *args: str, timeout: int = 300) -> subprocess.Comple
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
 
 
+def run_main(capsys, script: str, *args: str) -> tuple[int, str, str]:
+    """``python trainers/<name>.py ARGS`` as its ``main(ARGS)`` in this process: (exit code, stdout, stderr). The
+    entry points are what these tests check, not a process start (the SIGKILL test starts one)."""
+    import importlib
+
+    main = importlib.import_module(f"vla_gym.trainers.{pathlib.Path(script).stem}").main
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def test_ppo_learns_cartpole_and_round_trips_through_save_load(tmp_path):
     model = PPO("mlp", "CartPole-v1", num_envs=8, n_steps=32, batch_size=256, n_epochs=20, learning_rate=1e-3,
                 gamma=0.98, gae_lambda=0.8, lr_schedule="linear", clip_schedule="linear", seed=1)
@@ -51,11 +63,11 @@ def test_ppo_learns_cartpole_and_round_trips_through_save_load(tmp_path):
     model.close()
 
 
-def test_cli_writes_config_tensorboard_checkpoints_and_eval(tmp_path):
-    result = run_script("trainers/ppo.py", "--config", CONFIG, f"run_dir={tmp_path}", "name=cli",
-                        "total_timesteps=3000", "checkpoint.every=5", "checkpoint.keep_last=2", "eval.episodes=3",
-                        "logging.progress_bar=false")
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_cli_writes_config_tensorboard_checkpoints_and_eval(tmp_path, capsys):
+    code, out, err = run_main(capsys, "trainers/ppo.py", "--config", CONFIG, f"run_dir={tmp_path}", "name=cli",
+                              "total_timesteps=3000", "checkpoint.every=5", "checkpoint.keep_last=2", "eval.episodes=3",
+                              "logging.progress_bar=false")
+    assert code == 0, err[-3000:]
     run = tmp_path / "cli"
     resolved = config_from_dict(__import__("yaml").safe_load((run / "config.yaml").read_text()))
     assert resolved.total_timesteps == 3000 and resolved.ppo.n_steps == 32
@@ -64,19 +76,19 @@ def test_cli_writes_config_tensorboard_checkpoints_and_eval(tmp_path):
     names = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert names == ["ckpt_00000010.pt", "ckpt_00000012.pt"]  # keep_last=2; the final one after 12 updates
     assert "| **all** | 3 | n/a |" in (run / "eval" / "eval.md").read_text()
-    assert f"checkpoint:  {run / 'checkpoints' / 'ckpt_00000012.pt'}" in result.stdout
+    assert f"checkpoint:  {run / 'checkpoints' / 'ckpt_00000012.pt'}" in out
 
 
-def test_config_errors_name_the_key(tmp_path):
-    result = run_script("trainers/ppo.py", "--config", CONFIG, "ppo.n_stepz=3")
-    assert result.returncode == 2 and "ppo.n_stepz" in result.stderr and "n_steps" in result.stderr
-    result = run_script("trainers/grpo.py", "--config", CONFIG, "grpo.group_size=four")
-    assert result.returncode == 2 and "grpo.group_size: expected an integer" in result.stderr
-    result = run_script("trainers/ppo.py", "--config", CONFIG, "--print-config", "env.num_envs=2")
-    assert result.returncode == 0 and "num_envs: 2" in result.stdout
+def test_config_errors_name_the_key(capsys):
+    code, _, err = run_main(capsys, "trainers/ppo.py", "--config", CONFIG, "ppo.n_stepz=3")
+    assert code == 2 and "ppo.n_stepz" in err and "n_steps" in err
+    code, _, err = run_main(capsys, "trainers/grpo.py", "--config", CONFIG, "grpo.group_size=four")
+    assert code == 2 and "grpo.group_size: expected an integer" in err
+    code, out, _ = run_main(capsys, "trainers/ppo.py", "--config", CONFIG, "--print-config", "env.num_envs=2")
+    assert code == 0 and "num_envs: 2" in out
 
 
-def test_sigkilled_run_resumes_from_its_last_checkpoint(tmp_path):
+def test_sigkilled_run_resumes_from_its_last_checkpoint(tmp_path, capsys):
     args = ["trainers/ppo.py", "--config", CONFIG, f"run_dir={tmp_path}", "name=killed", "total_timesteps=400000",
             "checkpoint.every=3", "logging.progress_bar=false", "eval.episodes=0"]
     process = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -92,10 +104,10 @@ def test_sigkilled_run_resumes_from_its_last_checkpoint(tmp_path):
     done_updates, done_steps = state["counters"]["num_updates"], state["counters"]["num_timesteps"]
     assert done_updates % 3 == 0 and done_steps == done_updates * 256
 
-    target = done_steps + 256 * 4
-    result = run_script(*args[:5], f"total_timesteps={target}", *args[6:])
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert f"resumed from {last} at update {done_updates}, {done_steps} env steps" in result.stdout
+    target = done_steps + 256 * 4  # the same command (its main, in this process) with a larger budget
+    code, out, err = run_main(capsys, *args[:5], f"total_timesteps={target}", *args[6:])
+    assert code == 0, err[-3000:]
+    assert f"resumed from {last} at update {done_updates}, {done_steps} env steps" in out
     receipts = sorted(p.name for p in (tmp_path / "killed").glob("receipt*.json"))
     assert receipts == ["receipt-1.json", "receipt.json"]  # the start's and the resume's
     final = load_checkpoint(max(checkpoints.glob("ckpt_*.pt")))
@@ -225,14 +237,14 @@ def test_cartpole_benchmark_short_form(tmp_path):
     assert data["vla_gym"]["summary"]["eval_return"] > 150 and data["speedup"] > 0
 
 
-def test_a_video_that_cannot_be_rendered_is_reported_not_fatal(tmp_path):
+def test_a_video_that_cannot_be_rendered_is_reported_not_fatal(tmp_path, capsys):
     if __import__("importlib.util").util.find_spec("pygame") is not None:
         pytest.skip("CartPole renders here (pygame is installed)")
-    result = run_script("trainers/ppo.py", "--config", CONFIG, f"run_dir={tmp_path}", "name=v", "total_timesteps=256",
-                        "eval.episodes=1", "eval.video=true", "eval.video_env_kwargs.render_mode=rgb_array",
-                        "logging.progress_bar=false")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "no evaluation video (CartPole-v1 with {'render_mode': 'rgb_array'})" in result.stdout
+    code, out, err = run_main(capsys, "trainers/ppo.py", "--config", CONFIG, f"run_dir={tmp_path}", "name=v",
+                              "total_timesteps=256", "eval.episodes=1", "eval.video=true",
+                              "eval.video_env_kwargs.render_mode=rgb_array", "logging.progress_bar=false")
+    assert code == 0, err[-3000:]
+    assert "no evaluation video (CartPole-v1 with {'render_mode': 'rgb_array'})" in out
     assert (tmp_path / "v" / "eval" / "eval.md").exists()
 
 

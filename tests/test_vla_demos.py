@@ -30,14 +30,15 @@ def test_sft_then_rl_short_form(tmp_path):
 
     root = pathlib.Path(__file__).resolve().parent.parent
     result = subprocess.run(
-        [sys.executable, "examples/sft_then_rl.py", "--demos", "2", "--bc-epochs", "2", "--eval-episodes", "2",
-         "--rl-steps", "60", "--group-size", "2", "--groups", "1", "--image-size", "64", "--num-envs", "1",
-         "--out", str(tmp_path)],
+        [sys.executable, "examples/sft_then_rl.py", "--demos", "2", "--bc-epochs", "1", "--eval-episodes", "1",
+         "--rl-steps", "16", "--group-size", "2", "--groups", "1", "--image-size", "64", "--num-envs", "1",
+         "--max-episode-steps", "8", "--out", str(tmp_path)],  # one GRPO update: a group of two 8-step episodes
         cwd=root, capture_output=True, text=True, timeout=1500, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["after_sft"]["episodes"] == results["after_rl"]["episodes"] == 2
-    assert results["demos"]["episodes"] >= 1 and results["curve"] and results["curve"][-1]["steps"] >= 60
+    assert results["after_sft"]["episodes"] == results["after_rl"]["episodes"] == 1
+    assert all(0 < results[k]["mean_length"] <= 8 for k in ("after_sft", "after_rl"))  # --max-episode-steps
+    assert results["demos"]["episodes"] >= 1 and results["curve"] and results["curve"][-1]["steps"] >= 16
     assert (tmp_path / "curve.png").exists() and "SFT + GRPO" in (tmp_path / "results.md").read_text()
     for command in ("$ vla-gym demos", "$ python trainers/sft.py", "$ python trainers/grpo.py", "$ python trainers/eval.py"):
         assert command in result.stdout  # the driver shows the product commands it runs

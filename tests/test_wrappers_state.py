@@ -1,5 +1,6 @@
 """Wrappers on real state-only ManiSkill envs: EpisodeMetrics success with a scripted pusher, SB3Compat
-(Stable-Baselines3's check_env and 2,000 PPO steps), and the image wrappers refusing a state-only env.
+(Stable-Baselines3's check_env and a short PPO run; 2,000 steps with ``-m slow``), and the image wrappers refusing a
+state-only env. One PickCube and one PushCube env serve the whole module.
 """
 import gymnasium as gym
 import numpy as np
@@ -21,6 +22,14 @@ def state_env():
     env.close()
 
 
+@pytest.fixture(scope="module")
+def pushcube():
+    """One state-only PushCube env for the module; each test wraps it anew (a wrapper's state starts at its reset)."""
+    env = gym.make("VLA/ManiSkill-PushCube-v0", **STATE)
+    yield env
+    env.close()
+
+
 def push_cube(state):
     """Scripted PushCube policy on ManiSkill's state (tcp pose 18:25, goal 25:28, cube pose 28:35):
     lower the closed gripper behind the cube, then push it along +x to the goal."""
@@ -32,8 +41,8 @@ def push_cube(state):
     return np.concatenate([np.clip((target - tcp) / 0.1, -1, 1), np.zeros(3), [1.0]])
 
 
-def test_episode_metrics_success_once_and_per_task_summary():
-    env = EpisodeMetrics(gym.make("VLA/ManiSkill-PushCube-v0", **STATE))
+def test_episode_metrics_success_once_and_per_task_summary(pushcube):
+    env = EpisodeMetrics(pushcube)
     episodes, steps = [], []
     # the scripted pusher solves seed 0 in about 8 steps; standing still never does (the whole 50-step episode)
     for seed, policy in ((0, push_cube), (3, lambda state: np.zeros(7))):
@@ -46,7 +55,6 @@ def test_episode_metrics_success_once_and_per_task_summary():
         episodes.append(info["episode_metrics"])
         steps.append(info["elapsed_steps"])
         assert info["episode_metrics"]["env/return"] == pytest.approx(total)
-    env.close()
     solved, missed = episodes
     assert solved["env/success_once"] == 1.0 and solved["env/episode_len"] == steps[0] < 20
     assert missed["env/success_once"] == 0.0 and missed["env/episode_len"] == steps[1] == 50
@@ -84,13 +92,15 @@ def test_hashed_instruction_gives_a_dict_of_boxes(state_env, check_env):
     assert obs["instruction"].shape == (16,) and np.isclose(np.linalg.norm(obs["instruction"]), 1.0)
 
 
-def test_ppo_trains_2000_steps(state_env, check_env):
+@pytest.mark.parametrize("steps, n_steps", [(200, 100), pytest.param(2000, 500, marks=pytest.mark.slow)])
+def test_ppo_trains(state_env, check_env, steps, n_steps):
+    """SB3's PPO on the wrapped env: rollouts, updates and SB3's Monitor; 2 updates (2,000 steps with ``-m slow``)."""
     from stable_baselines3 import PPO
 
-    model = PPO("MlpPolicy", state_env, n_steps=500, batch_size=100, n_epochs=2, seed=0, device="cpu")
-    model.learn(total_timesteps=2000)
-    assert model.num_timesteps >= 2000
-    assert len(model.ep_info_buffer) >= 2000 // 50 - 1  # SB3's Monitor saw the 50-step episodes end
+    model = PPO("MlpPolicy", state_env, n_steps=n_steps, batch_size=100, n_epochs=2, seed=0, device="cpu")
+    model.learn(total_timesteps=steps)
+    assert model.num_timesteps >= steps and model._n_updates == 2 * (steps // n_steps)  # n_epochs per rollout
+    assert len(model.ep_info_buffer) >= steps // 50 - 1  # SB3's Monitor saw the 50-step episodes end
 
 
 def test_wrappers_record_their_arguments_so_the_spec_rebuilds_the_stack():
@@ -112,15 +122,14 @@ def test_wrappers_record_their_arguments_so_the_spec_rebuilds_the_stack():
         env.close()
 
 
-def test_episode_statistics_in_gymnasium_record_episode_statistics_form():
+def test_episode_statistics_in_gymnasium_record_episode_statistics_form(pushcube):
     """``info["episode"]`` carries r / l / t as gymnasium's RecordEpisodeStatistics does, beside our keys."""
-    env = EpisodeMetrics(gym.make("VLA/ManiSkill-PushCube-v0", **STATE))
+    env = EpisodeMetrics(pushcube)
     env.reset(seed=3)
     total, steps, info = 0.0, 0, {}
     while "episode" not in info:
         _, reward, _, _, info = env.step(np.zeros(7))
         total, steps = total + reward, steps + 1
-    env.close()
     assert set(info["episode"]) == {"r", "l", "t"}
     assert info["episode"]["r"] == pytest.approx(total) and info["episode"]["l"] == steps
     assert info["episode"]["t"] >= 0 and info["episode_metrics"]["env/episode_len"] == steps

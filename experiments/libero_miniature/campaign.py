@@ -49,8 +49,8 @@ there, each step skipped when its output exists (a residual run stopped part-way
 replay). What the study keeps in git is the rows (``results.json``) and the models the README names (``models/``).
 ``--minutes`` stops starting new steps after that long and gives the RL run the rest as ``time_limit_s`` (an RFT run
 is not cut: its steps, each a product command, are skipped when done). ``--tasks``, ``--train-init-states``,
-``--heldout-init-states``, ``--demos`` and the ``--sft-override`` / ``--rl-override`` / ``--eval-override`` lists
-shrink it for the short form (tests/test_libero_rl_campaign.py).
+``--heldout-init-states``, ``--modes``, ``--sync``, ``--demos`` and the ``--sft-override`` / ``--rl-override`` /
+``--eval-override`` lists shrink it for the short form (tests/test_libero_rl_campaign.py).
 """
 from __future__ import annotations
 
@@ -108,6 +108,7 @@ class Campaign:
         self.env_id = ENV_IDS[args.suite]
         self.deadline = time.monotonic() + 60 * args.minutes if args.minutes else None
         self.splits = {"train": args.train_init_states, "heldout": args.heldout_init_states}
+        self.modes = {mode: flags for mode, flags in MODES.items() if mode in args.modes}  # greedy first
 
     # ---- where each step's output is
     @property
@@ -230,7 +231,7 @@ class Campaign:
         """SFT then RL for each (split, mode), and that row as soon as both reports are in: rows land one by one."""
         checkpoints = {"sft": self.sft, "rl": self.rl_checkpoint()}
         for split, init_states in self.splits.items():
-            for mode, flags in MODES.items():
+            for mode, flags in self.modes.items():
                 played = False
                 for who, checkpoint in checkpoints.items():
                     if who == "rl" and (split, mode) == ("train", "greedy"):
@@ -243,7 +244,7 @@ class Campaign:
                     run([sys.executable, "trainers/eval.py", "--checkpoint", repo_relative(checkpoint), "--init-states",
                          init_states, *self.task_flags(), *flags, "--num-envs", str(self.args.num_envs),
                          "--video-episodes", "0", "--seed", "0", "--out", str(self.eval_dir(who, split, mode)),
-                         "env.vectorization=async", *self.args.eval_override])
+                         f"env.vectorization={'sync' if self.args.sync else 'async'}", *self.args.eval_override])
                 if played or not self.has_row(split, mode):  # a row keeps the commit that measured it
                     self.add_row(split, mode)
 
@@ -297,8 +298,8 @@ class Campaign:
         run([sys.executable, "trainers/rft.py", "--sft-config", SFT_CONFIG, "--demos", str(self.demos),
              "--init-checkpoint", str(self.sft), "--init-states", starts, *self.task_flags(), *RFT_FLAGS,
              "--rounds", str(self.args.rft_rounds), "--seed", str(self.args.seed), "--num-envs", str(self.args.num_envs),
-             "--out", str(self.rl_run), f"env.id={self.env_id}", *RFT_FIT, *self.camera_overrides(policy=True),
-             *self.args.rl_override])
+             *(["--sync"] if self.args.sync else []), "--out", str(self.rl_run), f"env.id={self.env_id}", *RFT_FIT,
+             *self.camera_overrides(policy=True), *self.args.rl_override])
 
     def has_row(self, split: str, mode: str) -> bool:
         results = pathlib.Path(self.args.results)
@@ -332,7 +333,7 @@ class Campaign:
         checkpoints = {"sft": self.sft, "rl": self.rl_checkpoint()}
         evals = []
         for split in self.splits:
-            for mode in MODES:
+            for mode in self.modes:
                 for who in ("sft", "rl"):
                     folder, done = self.eval_dir(who, split, mode), self.evaluated(who, split, mode, checkpoints[who])
                     played = 0 if done else sum(len(log.read_text().splitlines())
@@ -400,11 +401,16 @@ def parse_args(argv: list[str] | None = None):
                         help="the RL run's starts: init states 0..N-1 of every task")
     parser.add_argument("--heldout-init-states", default="40-49")
     parser.add_argument("--demo-init-states", default="0-2")
+    parser.add_argument("--modes", nargs="+", choices=sorted(MODES), default=list(MODES),
+                        help="the evaluation modes, each a row per split (default: greedy and sampled)")
     parser.add_argument("--cameras", nargs="+", default=["main"],
                         help="the demos', SFT's and RL's cameras; more than main makes a campaign of its own "
                              "(folder, model names and rows tagged with the others: main wrist -> _wrist)")
     parser.add_argument("--demos", default=None, help="use these demos (a LeRobot dataset) instead of recording them")
     parser.add_argument("--num-envs", type=int, default=2, help="trainers/eval.py --num-envs")
+    parser.add_argument("--sync", action="store_true",
+                        help="evaluate with the envs in the evaluating process (env.vectorization=sync, "
+                             "trainers/rft.py --sync) instead of one process each: a short form")
     parser.add_argument("--sft-override", nargs="*", default=[], metavar="key=value")
     parser.add_argument("--rl-override", "--grpo-override", dest="rl_override", nargs="*", default=[], metavar="key=value")
     parser.add_argument("--eval-override", nargs="*", default=[], metavar="key=value")

@@ -22,8 +22,9 @@ has completed 2 updates since the previous fault (so each fault is recovered fro
   checkpoint file is truncated to half its size while the trainer is down, then the same command starts again: it
   must skip the truncated file and resume from the one before.
 
-``--short`` injects each fault once in a small run (64 px, 16-step episodes, 2 groups of 2 per update, 12 updates,
-``env.step_timeout=30``); the long form cycles through them until the planned updates are done. The trainer runs
+``--short`` injects each fault once in a small run (64 px, 16-step episodes, one settling step after an initial
+state, 2 groups of 2 per update, 9 updates, ``env.step_timeout=20``); the long form cycles through them until the
+planned updates are done. The trainer runs
 a fixed number of updates: every update plays ``groups_per_update * group_size`` episodes of at most
 ``max_episode_steps`` steps (S env steps in all when none is cut), and ``total_timesteps`` is set to
 ``(updates - 1) * S + 1``, so the run stops after exactly ``--updates`` updates as long as the episodes cut by
@@ -101,6 +102,8 @@ class Plan:
     groups_per_update: int = 2
     image_size: int = 128
     max_episode_steps: int = 128
+    #: LIBERO's no-op steps after an initial state is set (None: the env's own, 10)
+    settle_steps: int | None = None
     step_timeout: float = 120.0
     n_epochs: int = 4
     batch_size: int = 128
@@ -127,9 +130,10 @@ class Plan:
         return (self.updates - 1) * self.steps_per_update + 1
 
 
-#: the short form: each fault once, a couple of minutes
-SHORT = {"updates": 12, "group_size": 2, "image_size": 64, "max_episode_steps": 16, "step_timeout": 30.0,
-         "n_epochs": 1, "batch_size": 16, "fault_every": 0.0, "cycles": 1}
+#: the short form: each fault once, a couple of minutes. 9 updates: the faults land after updates 2, 4 and 6 (each
+#: waits for 2 updates since the one before), and the trainer kill may come 2 updates late and still find one to cut
+SHORT = {"updates": 9, "group_size": 2, "image_size": 64, "max_episode_steps": 16, "settle_steps": 1,
+         "step_timeout": 20.0, "n_epochs": 1, "batch_size": 16, "fault_every": 0.0, "cycles": 1}
 
 
 def trainer_command(plan: Plan, run_dir: pathlib.Path) -> list[str]:
@@ -139,6 +143,7 @@ def trainer_command(plan: Plan, run_dir: pathlib.Path) -> list[str]:
         "time_limit_s=null", "device=cpu", "torch_threads=1",
         f"env.num_envs={plan.nproc}", "env.vectorization=async", f"env.kwargs.image_size={plan.image_size}",
         f"env.kwargs.max_episode_steps={plan.max_episode_steps}", f"env.step_timeout={plan.step_timeout}",
+        *([f"env.kwargs.settle_steps={plan.settle_steps}"] if plan.settle_steps is not None else []),
         "env.on_worker_failure=respawn", "env.max_worker_restarts=3",
         f"grpo.group_size={plan.group_size}", f"grpo.groups_per_update={plan.groups_per_update}",
         "grpo.min_mixed_groups=0", "grpo.filter_uniform_groups=false",  # every update: the same number of episodes
@@ -732,14 +737,16 @@ def markdown_table(summary: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = script_parser(__doc__)
     parser.add_argument("--short", action="store_true", help="the short form: each fault once, a couple of minutes")
-    parser.add_argument("--updates", type=int, help="updates the trainer must end with (long form 60, short 12)")
+    parser.add_argument("--updates", type=int, help="updates the trainer must end with (long form 60, short 9)")
     parser.add_argument("--fault-every", type=float, help="seconds at least between faults (long 180, short 0)")
     parser.add_argument("--cycles", type=int, help="passes through --faults (0: until the run ends; short 1)")
     parser.add_argument("--faults", default=",".join(FAULTS), help=f"the faults in turn (default {','.join(FAULTS)})")
     parser.add_argument("--minutes", type=float, default=None, help="fail the soak if it ran shorter than this")
-    parser.add_argument("--step-timeout", type=float, help="env.step_timeout (long 120, short 30)")
+    parser.add_argument("--step-timeout", type=float, help="env.step_timeout (long 120, short 20)")
     parser.add_argument("--image-size", type=int, help="camera pixels (long 128, short 64)")
     parser.add_argument("--max-episode-steps", type=int, help="episode length cap (long 128, short 16)")
+    parser.add_argument("--settle-steps", type=int, help="no-op steps after an initial state (long: the env's 10, "
+                                                         "short 1)")
     parser.add_argument("--group-size", type=int, help="grpo.group_size (long 8, short 2)")
     parser.add_argument("--config", default=CONFIG, help="a LIBERO GRPO config")
     parser.add_argument("--seed", type=int, default=0)
@@ -762,7 +769,8 @@ def main(argv: list[str] | None = None) -> int:
     preset = SHORT if args.short else {}
     chosen = {"updates": args.updates, "fault_every": args.fault_every, "cycles": args.cycles,
               "step_timeout": args.step_timeout, "image_size": args.image_size,
-              "max_episode_steps": args.max_episode_steps, "group_size": args.group_size}
+              "max_episode_steps": args.max_episode_steps, "settle_steps": args.settle_steps,
+              "group_size": args.group_size}
     plan = Plan(**{**preset, **{k: v for k, v in chosen.items() if v is not None}}, faults=faults,
                 config=args.config, seed=args.seed)
     if plan.cycles and plan.updates <= SETTLE_UPDATES * plan.cycles * len(faults):
