@@ -6,7 +6,7 @@
 A *short form* is the same command with overrides that make it finish in seconds: one or two envs, a few
 env steps, one update, tiny random-weight VLMs (built here from a config, as tests/test_vla_trainers.py does)
 in place of the multi-GB checkpoints the configs name. Nothing is mocked: the real entry point, the real
-simulator, the real trainer.
+simulator, the real trainer. tests/config_driver.py runs many such commands one after another in one process.
 """
 from __future__ import annotations
 

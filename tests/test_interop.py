@@ -2,9 +2,9 @@
 
 The default run covers one (family, parent state) cell per family, ``DEFAULT_CELLS``: LIBERO with a parent that
 holds an env (the fork that must fail fast, gymnasium's default start method switched to spawn, in-process envs) and
-ManiSkill from a fresh parent (fork, forkserver, in process through gymnasium, SB3 and TorchRL), with the cases of
-``DEFAULT_CASES``: between them every way a worker starts, and both outcomes of a fork. ``-m slow`` runs the whole
-matrix: every vectorizer in both parent states for both families.
+ManiSkill from a fresh parent (fork, in process through gymnasium and TorchRL), with the cases of ``DEFAULT_CASES``:
+between them every way a worker starts (forkserver in the benchmark's quick form), and both outcomes of a fork.
+``-m slow`` runs the whole matrix: every vectorizer in both parent states for both families.
 Each (family, parent state) group runs in its own Python process under a hard timeout, so a hang fails the
 test instead of stalling CI; the group's process runs this file as a script (``python tests/test_interop.py
 maniskill fresh out.jsonl err.log``) and reports one JSON line per vectorizer. In every case: build 2
@@ -45,12 +45,13 @@ FAMILIES = {
 ORDER = ("sb3-subproc-fork", "gymnasium-async", "sb3-subproc-forkserver", "sb3-subproc-spawn",
          "gymnasium-async-spawn", "torchrl-parallel", "gymnasium-sync", "sb3-dummy", "torchrl-gymenv")
 #: the cases of the default run, one per way a worker comes to be: fork (works from a fresh parent, fails fast from one
-#: that holds an env), forkserver, spawn (gymnasium's default start method once the parent started a simulator: the
-#: fork guard switches it), in process (gymnasium, SB3 and TorchRL's wrapper). The whole matrix runs with ``-m slow``:
-#: explicit spawn contexts and TorchRL's ParallelEnv too (every worker start imports and builds a simulator: 5-20 s
-#: each on 2 cores, 40 s for TorchRL's)
+#: that holds an env), spawn (gymnasium's default start method once the parent started a simulator: the fork guard
+#: switches it), in process (gymnasium, SB3 and TorchRL's wrapper); SB3's default, forkserver, builds, steps and
+#: closes ManiSkill in test_bench_vectorizers_quick_form. The whole matrix runs with ``-m slow``: forkserver and
+#: explicit spawn contexts here too, and TorchRL's ParallelEnv (every worker start imports and builds a simulator:
+#: 5-20 s each on 2 cores, 40 s for TorchRL's)
 DEFAULT_CASES = {
-    "fresh": ("sb3-subproc-fork", "sb3-subproc-forkserver", "gymnasium-sync", "torchrl-gymenv"),
+    "fresh": ("sb3-subproc-fork", "gymnasium-sync", "torchrl-gymenv"),
     "held": ("sb3-subproc-fork", "gymnasium-async", "sb3-dummy"),
 }
 #: the (family, parent state) cells of the default run: one per family, the two parent states between them

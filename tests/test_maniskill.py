@@ -52,8 +52,11 @@ def state_env():
     env.close()
 
 
+MISSING = "--- making a ManiSkill env without ManiSkill:"
+
+
 @pytest.fixture(scope="module")
-def without_maniskill() -> list[str]:
+def without_maniskill() -> tuple[list[str], str]:
     """One fresh interpreter: the ids vla_gym registers and whether that imported ManiSkill (or SAPIEN), then what
     making a ManiSkill env says when ManiSkill cannot be imported (its module is then made unimportable)."""
     code = ("import sys, vla_gym\n"
@@ -61,14 +64,16 @@ def without_maniskill() -> list[str]:
             "print('mani_skill' in sys.modules, 'sapien' in sys.modules)\n"
             "sys.modules['mani_skill'] = None\n"
             "import gymnasium as gym\n"
+            f"print({MISSING!r})\n"
             "try:\n    gym.make('VLA/ManiSkill-PickCube-v0')\n"
-            "except ImportError as e:\n    print('ImportError:', e)\n")
-    return run_python(code).strip().splitlines()
+            "except ImportError as e:\n    print(e)\n")
+    imported, _, missing = run_python(code).partition(MISSING)
+    return imported.strip().splitlines(), missing
 
 
 # ---------------------------------------------------------------------------------------- catalog
 def test_ids_registered_without_importing_maniskill(without_maniskill):
-    out = [line for line in without_maniskill if not line.startswith("ImportError:")]
+    out = without_maniskill[0]
     assert out[-1] == "False False"
     assert eval(out[-2]) == sorted([env_id(name) for name in TASKS] + [MULTI_TASK_ID])
     assert {"PickCube", "PushCube", "PullCube", "StackCube", "PokeCube", "PlaceSphere", "LiftPegUpright",
@@ -342,7 +347,7 @@ def test_no_vulkan_device_names_the_fix():
 
 
 def test_missing_maniskill_names_the_extra(without_maniskill):
-    error = "\n".join(line for line in without_maniskill if line.startswith("ImportError:"))
+    error = without_maniskill[1]
     assert "ManiSkill3 is not installed" in error and "vla-gym[maniskill]" in error
 
 

@@ -142,9 +142,17 @@ def table_here(*argv) -> int:
     return table_script().main([str(a) for a in argv])
 
 
+def train_here(script: str, *argv) -> None:
+    """``python trainers/<script>.py ARGV`` in this process (the configs' own short forms, a process each, are
+    tests/test_examples.py's and tests/test_sft.py's)."""
+    import importlib
+
+    assert importlib.import_module(f"vla_gym.trainers.{script}").main([str(a) for a in argv]) == 0
+
+
 def chain(tmp_path, capsys, long_form: bool) -> None:
-    """vla-gym demos -> SFT -> one PPO update from it -> both evaluated greedily on training and held-out goals by
-    experiments/metaworld_mt10/table.py, whose rows and table are checked; a second ``measure`` keeps the finished
+    """vla-gym demos -> SFT -> one PPO update from it (both trainers called in this process) -> both evaluated
+    greedily on training and held-out goals by experiments/metaworld_mt10/table.py, whose rows and table are checked; a second ``measure`` keeps the finished
     reports, a third takes the RL budget from the rows (no ``--rl-run``). The long form also runs one GRPO update
     from the SFT, evaluates in the sampled mode too and measures the exported models again (8 more evaluations)."""
     pytest.importorskip("pyarrow")
@@ -157,16 +165,16 @@ def chain(tmp_path, capsys, long_form: bool) -> None:
     assert summary["attempts"] == 10 and summary["solved"] >= 9  # Meta-World's experts, goal 0 of each task
 
     common = ["device=cpu", "torch_threads=1", "logging.progress_bar=false", "checkpoint.resume=null"]
-    run(sys.executable, "trainers/sft.py", "--config", CONFIGS / "metaworld_mt10_sft.yaml", f"run_dir={tmp_path}",
-        f"sft.dataset={demos}", "sft.max_steps=20", *common)
+    train_here("sft", "--config", CONFIGS / "metaworld_mt10_sft.yaml", f"run_dir={tmp_path}", f"sft.dataset={demos}",
+               "sft.max_steps=20", *common)
     sft = tmp_path / "sft" / "final.pt"
     state = torch.load(sft, weights_only=False)
     assert state["observation_space"]["state"].shape == (49,) and state["action_space"].shape == (4,)
 
     short_env = ["env.num_envs=2", "env.kwargs.max_episode_steps=20"]
-    run(sys.executable, "trainers/ppo.py", "--config", CONFIGS / "metaworld_mt10_ppo.yaml", f"run_dir={tmp_path}",
-        f"ppo.init_checkpoint={sft}", "total_timesteps=1", "ppo.n_steps=16", "ppo.batch_size=16", "ppo.n_epochs=1",
-        "ppo.critic_warmup_updates=0", *short_env, *common)
+    train_here("ppo", "--config", CONFIGS / "metaworld_mt10_ppo.yaml", f"run_dir={tmp_path}",
+               f"ppo.init_checkpoint={sft}", "total_timesteps=1", "ppo.n_steps=16", "ppo.batch_size=16",
+               "ppo.n_epochs=1", "ppo.critic_warmup_updates=0", *short_env, *common)
     (ckpt,) = sorted((tmp_path / "ppo" / "checkpoints").glob("ckpt_*.pt"))
     ppo = torch.load(ckpt, weights_only=False)
     assert ckpt.name == "ckpt_00000001.pt" and ppo["counters"]["num_timesteps"] == 32
@@ -174,9 +182,9 @@ def chain(tmp_path, capsys, long_form: bool) -> None:
              if name.startswith(("pi_net", "action_head.mean")) and not torch.equal(value, state["policy"][name])]
     assert moved, "the PPO update left the SFT actor unchanged"
     if long_form:  # the GRPO config's one update from scratch is tests/test_examples.py's
-        run(sys.executable, "trainers/grpo.py", "--config", CONFIGS / "metaworld_mt10_grpo.yaml", f"run_dir={tmp_path}",
-            f"grpo.init_checkpoint={sft}", "total_timesteps=1", "grpo.group_size=2", "grpo.groups_per_update=1",
-            "grpo.batch_size=16", "grpo.n_epochs=1", *short_env, *common)
+        train_here("grpo", "--config", CONFIGS / "metaworld_mt10_grpo.yaml", f"run_dir={tmp_path}",
+                   f"grpo.init_checkpoint={sft}", "total_timesteps=1", "grpo.group_size=2", "grpo.groups_per_update=1",
+                   "grpo.batch_size=16", "grpo.n_epochs=1", *short_env, *common)
         assert (tmp_path / "grpo" / "checkpoints" / "ckpt_00000001.pt").exists()
 
     out = tmp_path / "metaworld_rl.json"
@@ -230,13 +238,17 @@ def chain(tmp_path, capsys, long_form: bool) -> None:
                    exported["ppo"], "--evals", tmp_path / "evals_again", "--out", out)
 
 
-def test_demos_sft_one_rl_update_and_the_table_in_short_form(mw, tmp_path, capsys):
+@pytest.mark.usefixtures("one_torch_thread")  # the in-process runs set torch_threads=1: restored after the module
+def test_demos_sft_one_rl_update_and_the_table_in_short_form(mw, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the product commands run from the repository root
     chain(tmp_path, capsys, long_form=False)
 
 
 @pytest.mark.slow
-def test_demos_sft_rl_updates_and_the_table_in_long_form(mw, tmp_path, capsys):
+@pytest.mark.usefixtures("one_torch_thread")
+def test_demos_sft_rl_updates_and_the_table_in_long_form(mw, tmp_path, capsys, monkeypatch):
     """The chain with one GRPO update from the SFT too, both modes, and the exported models measured again."""
+    monkeypatch.chdir(ROOT)
     chain(tmp_path, capsys, long_form=True)
 
 

@@ -115,7 +115,21 @@ def test_td3_moves_the_residual_toward_success():
     assert residual[:, 0, 0].mean() > 0.05, residual[:, 0, 0].mean()  # toward success, near the +0.1 bound
 
 
-def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path):
+@pytest.mark.usefixtures("one_torch_thread")  # the in-process runs set torch_threads=1: restored after the module
+def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path, capfd, monkeypatch):
+    """The first run is the trainer's command line; the resumed runs and the evaluation are calls in this process,
+    each reading the run from its files as a restarted process would (the configs' own short form, a process each:
+    tests/test_examples.py)."""
+    from vla_gym.trainers.eval import main as evaluate
+    from vla_gym.trainers.residual import main as train
+
+    def train_here(*overrides: str) -> str:
+        capfd.readouterr()
+        assert train(["--config", CONFIG, *short, *overrides]) == 0
+        captured = capfd.readouterr()
+        return captured.out + captured.err
+
+    monkeypatch.chdir(ROOT)  # the product commands run from the repository root
     short = [f"run_dir={tmp_path}", "torch_threads=1", "env.num_envs=1", "env.vectorization=sync",
              "logging.progress_bar=false", f"env.kwargs.image_size={SHORT_IMAGE_SIZE}", "env.kwargs.max_episode_steps=16",
              "residual.episodes_per_round=1", "residual.warmup_episodes=1", "residual.actor_warmup=0",
@@ -126,9 +140,8 @@ def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path
     run = tmp_path / "libero_small_residual"
     replay = torch.load(run / "replay.pt", weights_only=False)
     assert replay["size"] == 2 and replay["episodes"] == 1  # 16 steps = two 8-step decisions
-    second = run_command([*command, "total_timesteps=32"], timeout=300)  # the same run, a larger budget
-    assert_ok(second)
-    assert "resumed from" in second.stdout + second.stderr
+    second = train_here("total_timesteps=32")  # the same run, a larger budget
+    assert "resumed from" in second
     replay = torch.load(run / "replay.pt", weights_only=False)
     assert replay["size"] == 4 and replay["episodes"] == 2  # the first round's decisions kept across the restart
     state = torch.load(run / "final.pt", weights_only=False)
@@ -139,19 +152,16 @@ def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path
                                 "--out", str(tmp_path / "probe.json")]) == 0
     probed = json.loads((tmp_path / "probe.json").read_text())
     assert probed["env_steps"] == 32 and probed["residual_l2"] == 0.4 and probed["best_gain"] >= probed["actor_q_gain"] - 1e-6
-    evaluation = run_command([*executable("python"), "trainers/eval.py", "--checkpoint", str(run / "final.pt"),
-                              "--tasks", "0", "--init-states", "0", "--num-envs", "1", "--video-episodes", "0",
-                              "--out", str(tmp_path / "eval"), "env.kwargs.max_episode_steps=16",
-                              "env.vectorization=sync"], timeout=300)
-    assert_ok(evaluation)
+    assert evaluate(["--checkpoint", str(run / "final.pt"), "--tasks", "0", "--init-states", "0", "--num-envs", "1",
+                     "--video-episodes", "0", "--out", str(tmp_path / "eval"), "env.kwargs.max_episode_steps=16",
+                     "env.vectorization=sync"]) == 0
     assert (tmp_path / "eval" / "eval.json").is_file()
     # a checkpoint without critics (what experiments/libero_miniature/campaign.py commits) resumes with fresh ones, empty replay
     latest = sorted((run / "checkpoints").glob("ckpt_*.pt"))[-1]
     torch.save({**torch.load(latest, weights_only=False), "td3": None}, latest)
     (run / "replay.pt").unlink()
-    third = run_command([*command, "total_timesteps=48"], timeout=300)
-    assert_ok(third)
-    assert "holds no critics" in third.stdout + third.stderr
+    third = train_here("total_timesteps=48")
+    assert "holds no critics" in third
     state = torch.load(run / "final.pt", weights_only=False)
     assert state["counters"]["num_timesteps"] == 48 and state["td3"]["critic_steps"] == 2  # one fresh round
 
