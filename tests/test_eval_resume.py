@@ -97,10 +97,11 @@ def test_repeats_play_each_start_again_with_other_noise(checkpoint, tmp_path, ca
 
 def test_a_plan_without_repeats_is_the_plan_logged_before_repeats_existed(checkpoint):
     """A killed evaluation logged before ``--repeats`` existed resumes: a plain plan has no new key."""
-    from vla_gym.trainers.eval import parse_args, report_settings
+    from vla_gym.trainers.eval import parse_args, report_settings, request_from_args
 
-    assert "repeats" not in report_settings(parse_args(["--checkpoint", str(checkpoint)]), world_size=1)
-    repeated = parse_args(["--checkpoint", str(checkpoint), "--stochastic", "--repeats", "4"])
+    plain = request_from_args(parse_args(["--checkpoint", str(checkpoint)]))
+    assert "repeats" not in report_settings(plain, world_size=1)
+    repeated = request_from_args(parse_args(["--checkpoint", str(checkpoint), "--stochastic", "--repeats", "4"]))
     assert report_settings(repeated, world_size=1)["repeats"] == 4
 
 

@@ -220,7 +220,7 @@ def test_short_soak_survives_every_fault(tmp_path, capsys, flags, faults, update
 
 
 @pytest.mark.quick
-def test_grpo_survives_a_worker_that_dies_in_the_first_step_of_an_episode(tmp_path):
+def test_grpo_survives_a_worker_that_dies_in_the_first_step_of_an_episode(tmp_path, monkeypatch):
     """The bug the soak found: an episode cut at its first step had no success report, and GRPO (score=success)
     stopped the run ("does not report info['success']"). The respawned step now says success False."""
     from fault_envs import chunked_vla_env
@@ -237,8 +237,10 @@ def test_grpo_survives_a_worker_that_dies_in_the_first_step_of_an_episode(tmp_pa
     grpo = GRPO("mlp", envs, group_size=2, groups_per_update=1, n_epochs=1, batch_size=16, train_init_states=1,
                 filter_uniform_groups=False, policy_kwargs={"hidden_sizes": [8], "critic": False})
     seen = []
-    play = grpo._play
-    grpo._play = lambda specs, offset: seen.append(play(specs, offset)) or seen[-1]
+    import vla_gym.trainers.grpo as grpo_module
+
+    play = grpo_module.play_recorded
+    monkeypatch.setattr(grpo_module, "play_recorded", lambda *args, **kwargs: seen.append(play(*args, **kwargs)) or seen[-1])
     try:
         grpo.learn(1)
     finally:

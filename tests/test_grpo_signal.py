@@ -23,7 +23,6 @@ from vla_gym.trainers.algorithms.group_sampling import (
     group_outcomes,
     sampling_done,
 )
-from vla_gym.trainers.algorithms.losses import clipped_policy_loss
 from vla_gym.trainers.algorithms.ratio_levels import (
     chunk_view,
     clipped_token_loss,
@@ -35,8 +34,10 @@ from vla_gym.trainers.grpo import GRPOSetupError
 from vla_gym.trainers.policies import Policy, make_policy
 from vla_gym.trainers.policies.base import log_prob_options, policy_space_bounds
 from vla_gym.trainers.policies.distributions import GaussianHead
+from vla_gym.trainers.ppo import clipped_policy_loss
 from vla_gym.trainers.rollout.buffer import RolloutBuffer
 from vla_gym.trainers.rollout.episode_plan import EpisodeSpec
+from vla_gym.trainers.rollout.recorded_play import play_recorded
 from vla_gym.trainers.runtime.config import ConfigError, config_from_dict, load_config
 from vla_gym.trainers.runtime.distributed import Distributed
 
@@ -263,11 +264,11 @@ def test_each_recorded_chunk_knows_how_many_of_its_sub_actions_ran():
     grpo = toy_grpo()
     grpo.start_rollouts([0])
     specs = [EpisodeSpec(seed=s) for s in (3, 4, 5, 8, 10)]  # 8, 9, 10, 7, 9 sub-steps
-    results, records = grpo._play(specs, offset=100)
+    results, records = play_recorded(grpo.runner, specs, grpo._act_kwargs, offset=100)
     ran = {}
-    for _, actions, log_probs, jobs, sub_steps in records:
-        assert actions.shape[1:] == (K, A) and log_probs.shape[1:] == (K, A)  # per-dim log-probs recorded
-        for job, steps in zip(jobs, sub_steps):
+    for step in records:
+        assert step.actions.shape[1:] == (K, A) and step.log_probs.shape[1:] == (K, A)  # per-dim log-probs recorded
+        for job, steps in zip(step.jobs, step.sub_steps):
             if job >= 0:
                 ran.setdefault(int(job) - 100, []).append(int(steps))
     for j, spec in enumerate(specs):

@@ -11,6 +11,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 #: source folder -> the package name it installs as (setup.py's package_dir)
 FOLDERS = {"vla_gym": "vla_gym", "wrappers": "vla_gym.wrappers", "trainers": "vla_gym.trainers"}
@@ -99,3 +101,23 @@ def test_every_module_imports_fresh_in_reverse_dependency_order():
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.quick
+def test_every_trainer_shares_one_base():
+    """PPO, GRPO, SFT and residual RL run the loop, the checkpoint format, resume and evaluation of one base
+    (trainers/runtime/trainer.py) and supply only what is theirs."""
+    from vla_gym.trainers.grpo import GRPO
+    from vla_gym.trainers.ppo import PPO
+    from vla_gym.trainers.residual import ResidualRL
+    from vla_gym.trainers.runtime.trainer import Trainer
+    from vla_gym.trainers.sft import SFT
+
+    shared = ("learn", "state_dict", "load_state", "save_checkpoint", "evaluate", "record_videos", "close")
+    for cls in (PPO, GRPO, SFT, ResidualRL):
+        assert issubclass(cls, Trainer)
+        for klass in cls.__mro__[:cls.__mro__.index(Trainer)]:
+            # OnPolicyAlgorithm.learn only takes SB3's total_timesteps argument before the base's loop
+            own = [name for name in shared if name in vars(klass) and (klass.__name__, name) != ("OnPolicyAlgorithm",
+                                                                                                "learn")]
+            assert not own, f"{klass.__name__} writes its own {own}: the base's are shared"

@@ -211,7 +211,7 @@ def test_campaign_long_form_grpo_then_residual_and_rft_on_the_same_sft(tmp_path)
     run = state / "residual"
     (checkpoint,) = sorted((run / "checkpoints").glob("ckpt_*.pt"))
     finished = torch.load(checkpoint, weights_only=False)  # slimmed: no critics, no replay, no second copy
-    assert finished["td3"] is None and finished["counters"]["num_timesteps"] >= 16
+    assert finished["extra"]["td3"] is None and finished["counters"]["num_timesteps"] >= 16
     assert not (run / "replay.pt").exists() and not (run / "final.pt").exists()
     report = json.loads((state / "evals" / "residual_train_greedy" / "eval.json").read_text())
     assert report["settings"]["checkpoint"] == str(checkpoint)

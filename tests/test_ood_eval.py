@@ -328,7 +328,9 @@ def test_eval_samples_with_the_noise_and_std_asked_for(tmp_path, capsys):
                       "--std", "0.05", "--out", str(out), "--device", "cpu"]) == 0
     assert json.loads((out / "eval.json").read_text())["episodes"]
     assert eval_main(["--checkpoint", str(checkpoint), "--std", "0.05"]) == 2
-    assert "--std and --noise set how actions are sampled: add --stochastic" in capsys.readouterr().err
+    assert "--std, --noise and --temperature set how actions are sampled: add --stochastic" in capsys.readouterr().err
+    assert eval_main(["--checkpoint", str(checkpoint), "--stochastic", "--temperature", "1.6"]) == 2
+    assert "samples with a std, not at a temperature" in capsys.readouterr().err  # a Gaussian policy
 
 
 def test_noise_sweep_script_evaluates_each_setting_once_and_writes_its_rows(tmp_path, capsys):

@@ -145,7 +145,7 @@ def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path
     replay = torch.load(run / "replay.pt", weights_only=False)
     assert replay["size"] == 4 and replay["episodes"] == 2  # the first round's decisions kept across the restart
     state = torch.load(run / "final.pt", weights_only=False)
-    assert state["counters"]["num_timesteps"] == 32 and state["td3"]["critic_steps"] == 4  # two decisions x one step, per round
+    assert state["counters"]["num_timesteps"] == 32 and state["extra"]["td3"]["critic_steps"] == 4  # two decisions x one step, per round
     assert {"train/actor/q_gain", "train/critic/best_gain"} <= scalar_tags(run)  # once the actor has stepped
     # the study's critic probe reads the run's critics and replay (in this process: a script of one step)
     assert critic_probe().main(["--run", str(run), "--batches", "2", "--batch-size", "4",
@@ -158,12 +158,13 @@ def test_trainer_runs_checkpoints_resumes_with_its_replay_and_evaluates(tmp_path
     assert (tmp_path / "eval" / "eval.json").is_file()
     # a checkpoint without critics (what experiments/libero_miniature/campaign.py commits) resumes with fresh ones, empty replay
     latest = sorted((run / "checkpoints").glob("ckpt_*.pt"))[-1]
-    torch.save({**torch.load(latest, weights_only=False), "td3": None}, latest)
+    slimmed = torch.load(latest, weights_only=False)
+    torch.save({**slimmed, "extra": {**slimmed["extra"], "td3": None}}, latest)
     (run / "replay.pt").unlink()
     third = train_here("total_timesteps=48")
     assert "holds no critics" in third
     state = torch.load(run / "final.pt", weights_only=False)
-    assert state["counters"]["num_timesteps"] == 48 and state["td3"]["critic_steps"] == 2  # one fresh round
+    assert state["counters"]["num_timesteps"] == 48 and state["extra"]["td3"]["critic_steps"] == 2  # one fresh round
 
 
 def test_trainer_refuses_another_policy(tmp_path):

@@ -125,8 +125,8 @@ def test_resume_restores_model_optimizer_counters_and_rng(tmp_path):
     first_rng = (torch.rand(3), first.generator.get_state())
     first.close()
     resumed = PPO.from_config(cfg)
-    resumed._total_timesteps = 64
-    resumed._start_run()
+    resumed.total_steps = 64
+    resumed.begin_run()
     assert (resumed.num_updates, resumed.num_timesteps) == (2, 64)
     for key, value in first.policy.state_dict().items():
         assert torch.equal(value, resumed.policy.state_dict()[key])

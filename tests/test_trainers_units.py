@@ -9,12 +9,7 @@ import torch
 from gymnasium import spaces
 
 from vla_gym.trainers.algorithms.advantages import gae, group_advantages
-from vla_gym.trainers.algorithms.losses import (
-    clipped_policy_loss,
-    explained_variance,
-    kl_to_reference,
-    value_loss,
-)
+from vla_gym.trainers.algorithms.losses import explained_variance, kl_to_reference
 from vla_gym.trainers.policies import (
     Policy,
     available_policies,
@@ -22,6 +17,7 @@ from vla_gym.trainers.policies import (
     register_policy,
 )
 from vla_gym.trainers.policies.distributions import Categorical, DiagGaussian
+from vla_gym.trainers.ppo import clipped_policy_loss, value_loss
 from vla_gym.trainers.rollout.batch import ObsStorage, index, stack, to_torch
 from vla_gym.trainers.rollout.buffer import RolloutBuffer
 from vla_gym.trainers.runtime.checkpoint import (

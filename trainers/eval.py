@@ -46,7 +46,6 @@ from vla_gym.runtime.cli_args import (
     add_init_states,
     add_legacy_first_init_state,
     add_tasks,
-    init_state_range,
     parser_with_examples,
 )
 from vla_gym.runtime.receipt import camera_contract, file_sha256, receipt
@@ -63,11 +62,11 @@ from vla_gym.trainers.evaluation.ood import (
 from vla_gym.trainers.evaluation.replay import (
     ReplayError,
     ReplayPlan,
-    failed_starts,
     load_replay,
     replay_differences,
 )
 from vla_gym.trainers.evaluation.report import markdown_table, write_report
+from vla_gym.trainers.evaluation.request import EvalRequest, UsageError, request_from_args
 from vla_gym.trainers.evaluation.rollout_dataset import (
     EmptyDatasetError,
     recording_wrappers,
@@ -131,6 +130,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--noise", choices=NOISE_SHAPES, default=None,
                         help="with --stochastic: draw the noise per step or once per action chunk (default: the "
                         "checkpoint's policy.kwargs.noise)")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="with --stochastic and a token head (policy.kwargs.head=tokens): sample at this "
+                             "temperature, not the checkpoint's (the anchors' rollouts: 1.6)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="with --stochastic: play each (task, init state) N times, so that a start's successes "
                              "out of N estimate its success probability (default 1)")
@@ -140,145 +142,54 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def default_report_dir(checkpoint: pathlib.Path) -> pathlib.Path:
-    """``<run dir>/eval-<checkpoint name>``: the run dir holds ``checkpoints/`` (PPO/GRPO) or the file (SFT's final.pt)."""
-    run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
-    return run_dir / f"eval-{checkpoint.stem}"
+def ood_rows(args: argparse.Namespace, env_id: str) -> list | None:
+    """The OOD report's rows (``--ood``, ``--libero-pro``, ``--libero-plus``), None without ``--ood``."""
+    if args.ood is None:
+        return None
+    try:
+        rows = parse_rows(args.ood)
+        if args.libero_pro:
+            rows += libero_pro_rows(env_id)
+        if args.libero_plus is not None:
+            rows += libero_plus_rows(env_id, args.libero_plus, seed=args.seed)
+    except ValueError as exc:
+        raise UsageError(f"--ood: {exc}") from None
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    plan = None
-    if args.replay:
-        try:
-            plan = load_replay(args.replay)
-        except ReplayError as exc:
-            print(f"--replay: {exc}", file=sys.stderr)
-            return 2
-        if (args.ood is not None or args.stochastic or args.std is not None or args.noise is not None
-                or args.only_failed_in or args.repeats != 1):
-            print("--replay plays the report's own episodes and settings: drop "
-                  "--ood/--stochastic/--std/--noise/--only-failed-in/--repeats",
-                  file=sys.stderr)
-            return 2
-        settings = plan.settings
-        args.checkpoint = args.checkpoint or plan.checkpoint
-        args.stochastic = not settings.get("deterministic", True)
-        args.std, args.noise = settings.get("std"), settings.get("noise")
-        args.allow_render_shift = args.allow_render_shift or bool(settings.get("render_shift"))  # as it was played
-        args.out = args.out or str(pathlib.Path(args.replay).parent / "replay")
-    if not args.checkpoint:
-        print("trainers/eval.py: pass --checkpoint CKPT (or --replay EVAL_JSON)", file=sys.stderr)
-        return 2
-    if args.successes_only and not args.record_dataset:
-        print("trainers/eval.py: --successes-only filters the dataset: add --record-dataset DIR", file=sys.stderr)
-        return 2
-    if args.record_dataset and args.ood is not None:
-        print("trainers/eval.py: --record-dataset records one evaluation: drop --ood", file=sys.stderr)
-        return 2
-    if args.only_failed_in and args.ood is not None:
-        print("trainers/eval.py: --only-failed-in selects episodes of one evaluation: drop --ood", file=sys.stderr)
-        return 2
-    args.failed_starts = None  # the (task, init state) pairs --only-failed-in keeps
-    if args.only_failed_in:
-        try:
-            args.failed_starts = failed_starts(args.only_failed_in)
-        except ReplayError as exc:
-            print(f"--only-failed-in: {exc}", file=sys.stderr)
-            return 2
-    if (args.std is not None or args.noise is not None) and not args.stochastic:
-        print("trainers/eval.py: --std and --noise set how actions are sampled: add --stochastic", file=sys.stderr)
-        return 2
-    if args.repeats < 1:
-        print(f"trainers/eval.py: --repeats must be >= 1, got {args.repeats}", file=sys.stderr)
-        return 2
-    if args.repeats > 1 and not args.stochastic:
-        print("trainers/eval.py: --repeats plays each start again, and a greedy episode replays exactly: "
-              "add --stochastic", file=sys.stderr)
-        return 2
-    if args.num_envs < 1:
-        print(f"trainers/eval.py: --num-envs must be >= 1, got {args.num_envs}", file=sys.stderr)
-        return 2
-    policy_overrides = [item for item in args.overrides if item.startswith("policy.")]
-    if policy_overrides:
-        print(f"trainers/eval.py: {' '.join(policy_overrides)}: the policy is the checkpoint's own (its policy.name "
-              "and policy.kwargs); drop the policy.* overrides", file=sys.stderr)
-        return 2
-    if args.std is not None and not args.std > 0:
-        print(f"trainers/eval.py: --std must be > 0, got {args.std}", file=sys.stderr)
+    try:
+        plan = load_replay(args.replay) if args.replay else None
+    except ReplayError as exc:
+        print(f"--replay: {exc}", file=sys.stderr)
         return 2
     try:
-        args.episodes_per_task, args.first_init_state = init_state_range(
-            args.init_states, args.first_init_state, args.episodes_per_task)
-    except argparse.ArgumentTypeError as exc:
-        print(f"trainers/eval.py: {exc}", file=sys.stderr)
+        request = request_from_args(args, plan)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
         return 2
     dist = Distributed.from_env(args.device)
     try:
-        state = load_checkpoint(args.checkpoint, map_location=dist.device)
+        state = load_checkpoint(request.checkpoint, map_location=dist.device)
         cfg = config_from_checkpoint(state["config"], args.overrides)
         check_config(cfg, None)  # env id, the checkpoint's policy and its pretrained model, before anything is built
+        rows = ood_rows(args, cfg.env.id)
     except (FileNotFoundError, CheckpointError) as exc:
         print(f"--checkpoint: {exc}. Pick another checkpoint (runs/<name>/checkpoints/ keeps the last "
               "checkpoint.keep_last of them)", file=sys.stderr)
         dist.close()
         return 2
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
+    except (ConfigError, UsageError) as exc:
+        print(f"config error: {exc}" if isinstance(exc, ConfigError) else exc, file=sys.stderr)
         dist.close()
         return 2
-    try:
-        if args.libero_pro and args.ood is None:
-            raise ValueError("--libero-pro adds rows to the OOD report: add --ood (or --ood KIND,...)")
-        if args.libero_plus is not None and args.ood is None:
-            raise ValueError("--libero-plus adds rows to the OOD report: add --ood (or --ood KIND,...)")
-        rows = parse_rows(args.ood) if args.ood is not None else None
-        if args.libero_pro:
-            rows += libero_pro_rows(cfg.env.id)
-        if args.libero_plus is not None:
-            rows += libero_plus_rows(cfg.env.id, args.libero_plus, seed=args.seed)
-    except ValueError as exc:
-        print(f"--ood: {exc}", file=sys.stderr)
-        dist.close()
-        return 2
-    video_episodes = args.video_episodes if args.video_episodes is not None else (1 if rows else 0)
-    kwargs = dict(cfg.eval.env_kwargs)
-    if plan is not None:  # the report's env exactly: its kwargs already hold eval.env_kwargs
-        cfg.env.id, cfg.env.kwargs, kwargs = plan.env_id, plan.env_kwargs, {}
-        if plan.env_wrappers is not None:
-            cfg.env.wrappers = plan.env_wrappers
-    if video_episodes:  # e.g. cameras for a state-only env; the policy reads what it was trained on
-        kwargs.update(cfg.eval.video_env_kwargs)
-    out = pathlib.Path(args.out) if args.out else default_report_dir(pathlib.Path(args.checkpoint))
     completed = False  # every rank got to the end: they tear the process group down together
     try:
-        if cfg.torch_threads:  # the run's own setting, as the trainers apply it (more threads than cores spin)
-            torch.set_num_threads(cfg.torch_threads)
-        policy = load_policy(state, dist.device)
-        if args.std is not None or args.noise is not None:
-            policy.set_exploration(args.std, args.noise)
-
-        def evaluate(env_cfg, directory: pathlib.Path, header: str, **selection):
-            row_args = argparse.Namespace(**{**vars(args), **selection})  # a LIBERO-Plus row's own episodes
-            return evaluate_episodes(env_cfg, kwargs, policy, row_args, video_episodes, dist, directory, header,
-                                     specs=None if plan is None else plan.specs, contract=checkpoint_contract(state))
-
-        if plan is not None:
-            outcome = replay_outcome(plan, evaluate(cfg.env, out, f"# replay of {args.replay}: {args.checkpoint}"), out)
-            completed = True
-            return outcome
-        if rows is None:
-            evaluate(cfg.env, out, f"# {cfg.env.id}: {args.checkpoint}")
-        else:
-            sees_images = observes_images({**cfg.env.kwargs, **cfg.eval.env_kwargs})
-            report = run_ood(evaluate, cfg.env, rows, out, f"{cfg.env.id}: {args.checkpoint}", sees_images,
-                             settings=report_settings(args, dist.world_size), dist=dist,
-                             receipt=receipt(cfg.env.id, checkpoint=args.checkpoint) if dist.is_main else None)
-            if report is not None:
-                print(ood_markdown(report), end="")
-                print(f"OOD report: {out / 'ood.md'}, {out / 'ood.json'}")
+        code = evaluate_checkpoint(request, state, cfg, rows, plan, dist)
         completed = True
-    except ContractError as exc:
+        return code
+    except (ContractError, UsageError) as exc:
         print(exc, file=sys.stderr)
         return 2
     except EmptyDatasetError as exc:  # the evaluation's report is written; the dataset would be empty
@@ -292,19 +203,61 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         dist.close(synchronize=completed)
+
+
+def evaluate_checkpoint(request: EvalRequest, state: dict, cfg, rows: list | None, plan: ReplayPlan | None,
+                        dist: Distributed) -> int:
+    """Play the request in the checkpoint's env: one report, a replay's comparison (exit 1 when an outcome
+    differs) or the OOD report's rows."""
+    video_episodes = request.video_episodes if request.video_episodes is not None else (1 if rows else 0)
+    kwargs = dict(cfg.eval.env_kwargs)
+    if plan is not None:  # the report's env exactly: its kwargs already hold eval.env_kwargs
+        cfg.env.id, cfg.env.kwargs, kwargs = plan.env_id, plan.env_kwargs, {}
+        if plan.env_wrappers is not None:
+            cfg.env.wrappers = plan.env_wrappers
+    if video_episodes:  # e.g. cameras for a state-only env; the policy reads what it was trained on
+        kwargs.update(cfg.eval.video_env_kwargs)
+    if cfg.torch_threads:  # the run's own setting, as the trainers apply it (more threads than cores spin)
+        torch.set_num_threads(cfg.torch_threads)
+    policy = load_policy(state, dist.device)
+    if request.std is not None or request.noise is not None or request.temperature is not None:
+        try:
+            policy.set_exploration(request.std, request.noise, temperature=request.temperature)
+        except (ValueError, TypeError) as exc:  # e.g. a temperature for a Gaussian head
+            raise UsageError(f"trainers/eval.py: {exc}") from None
+
+    def evaluate(env_cfg, directory: pathlib.Path, header: str, **selection):
+        return evaluate_episodes(env_cfg, kwargs, policy, dataclasses.replace(request, **selection), video_episodes,
+                                 dist, directory, header, specs=None if plan is None else plan.specs,
+                                 contract=checkpoint_contract(state))
+
+    out, title = request.out, f"{cfg.env.id}: {request.checkpoint}"
+    if plan is not None:
+        return replay_outcome(plan, evaluate(cfg.env, out, f"# replay of {request.replay}: {request.checkpoint}"), out)
+    if rows is None:
+        evaluate(cfg.env, out, f"# {title}")
+        return 0
+    report = run_ood(evaluate, cfg.env, rows, out, title, observes_images({**cfg.env.kwargs, **cfg.eval.env_kwargs}),
+                     settings=report_settings(request, dist.world_size), dist=dist,
+                     receipt=receipt(cfg.env.id, checkpoint=request.checkpoint) if dist.is_main else None)
+    if report is not None:
+        print(ood_markdown(report), end="")
+        print(f"OOD report: {out / 'ood.md'}, {out / 'ood.json'}")
     return 0
 
 
-def report_settings(args: argparse.Namespace, world_size: int) -> dict:
+def report_settings(request: EvalRequest, world_size: int) -> dict:
     """What decides an evaluation's episodes besides its env: the checkpoint's content (its SHA-256, not its path or
     file time, so a report committed half played resumes in a fresh clone, wherever it lies) and the episode
     selection. A killed evaluation, or an OOD row, with the same settings resumes (is kept) when run again."""
-    settings = {"checkpoint_sha256": file_sha256(args.checkpoint),
-                "episodes_per_task": args.episodes_per_task, "tasks": args.tasks,
-                "first_init_state": args.first_init_state, "seed": args.seed, "stochastic": args.stochastic,
-                "std": args.std, "noise": args.noise, "processes": world_size}
-    if args.repeats != 1:  # only then: a killed evaluation logged before --repeats existed still resumes
-        settings["repeats"] = args.repeats
+    settings = {"checkpoint_sha256": file_sha256(request.checkpoint),
+                "episodes_per_task": request.episodes_per_task, "tasks": request.tasks,
+                "first_init_state": request.first_init_state, "seed": request.seed, "stochastic": request.stochastic,
+                "std": request.std, "noise": request.noise, "processes": world_size}
+    if request.repeats != 1:  # only then: a killed evaluation logged before --repeats existed still resumes
+        settings["repeats"] = request.repeats
+    if request.temperature is not None:  # likewise
+        settings["temperature"] = request.temperature
     return settings
 
 
@@ -324,10 +277,10 @@ def replay_outcome(plan: ReplayPlan, summary: dict | None, out: pathlib.Path) ->
     return 1 if outcomes else 0
 
 
-def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, video_episodes: int,
+def evaluate_episodes(env_cfg, kwargs: dict, policy, args: EvalRequest, video_episodes: int,
                       dist: Distributed, out: pathlib.Path, header: str,
                       specs: list[EpisodeSpec] | None = None, contract: dict | None = None) -> dict | None:
-    """Play the chosen episodes (``specs``, or the suite's tasks x init states that ``args`` select) in
+    """Play the chosen episodes (``specs``, or the suite's tasks x init states that the request ``args`` selects) in
     ``env_cfg``'s envs and write ``eval.md``, ``eval.json`` (with the receipt) and videos to ``out``; returns the
     summary on the main rank (None elsewhere). ``contract``: the checkpoint's, checked against the env first
     (:class:`~vla_gym.trainers.runtime.contract.ContractError` naming the fix)."""
@@ -385,7 +338,7 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: argparse.Namespace, v
             envs.single_observation_space, env_kwargs, env_attr(envs, "texture_colorspace")))
         stamp["env"]["wrappers"] = wrappers
         settings = {"checkpoint": str(args.checkpoint), "deterministic": not args.stochastic, "std": args.std,
-                    "noise": args.noise, "repeats": args.repeats, "seed": args.seed, "num_envs": args.num_envs, "processes": dist.world_size,
+                    "noise": args.noise, "temperature": args.temperature, "repeats": args.repeats, "seed": args.seed, "num_envs": args.num_envs, "processes": dist.world_size,
                     "render_shift": waived, "only_failed_in": only_failed}
         summary = write_report(gathered, out, header=f"{header} ({len(gathered)} episodes)", receipt=stamp,
                                settings=settings)

@@ -22,17 +22,14 @@ each with the metrics an update logs. Reading order: :meth:`GRPO.collect_rollout
 """
 from __future__ import annotations
 
-import collections
 import inspect
 import math
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
-from gymnasium import spaces
 
 from vla_gym.core.episodes import episode_sums
 from vla_gym.trainers.algorithms.advantages import group_advantages
@@ -40,9 +37,13 @@ from vla_gym.trainers.algorithms.group_sampling import (
     GroupOutcomes,
     StartTracker,
     draw_unsolved,
+    episode_scores,
     group_outcomes,
+    judged,
     sampling_done,
+    start_key,
 )
+from vla_gym.trainers.algorithms.grpo_config import GRPOSetupError, log_prob_setup
 from vla_gym.trainers.algorithms.losses import kl_to_reference
 from vla_gym.trainers.algorithms.on_policy import OnPolicyAlgorithm
 from vla_gym.trainers.algorithms.ratio_levels import (
@@ -56,16 +57,12 @@ from vla_gym.trainers.algorithms.ratio_levels import (
 )
 from vla_gym.trainers.algorithms.signal_metrics import SignalMetrics
 from vla_gym.trainers.policies import policy_class
-from vla_gym.trainers.policies.base import log_prob_options
 from vla_gym.trainers.rollout.buffer import RolloutBuffer
-from vla_gym.trainers.rollout.episode_plan import EpisodeSpec
+from vla_gym.trainers.rollout.episode_plan import EpisodeSpec, draw_start
 from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
+from vla_gym.trainers.rollout.recorded_play import RecordedStep, play_recorded
 from vla_gym.trainers.runtime.checkpoint import load_actor_weights
 from vla_gym.trainers.runtime.envs import env_attr
-
-
-class GRPOSetupError(ValueError):
-    """The config asks for something the policy cannot do (the message names the keys to change)."""
 
 
 @dataclass
@@ -109,7 +106,9 @@ class GRPO(SignalMetrics, OnPolicyAlgorithm):
             self.policy.set_exploration(std=hp.exploration_std)
         if self.policy.has_critic and self.dist.is_main:
             warnings.warn("GRPO ignores the policy's critic; pass policy.kwargs.critic=false to drop it", stacklevel=2)
-        self._check_policy_options()
+        setup = log_prob_setup(hp, self.policy)
+        self._per_dim, self._chunk_noise, self._steps, self._act_kwargs = (
+            setup.per_dim, setup.chunk_noise, setup.steps, setup.act_kwargs)
         self.reference = None
         if hp.kl_coef > 0:
             self.reference = self.policy.frozen_copy()
@@ -117,33 +116,6 @@ class GRPO(SignalMetrics, OnPolicyAlgorithm):
             self.reference = self.policy.frozen_copy()  # only for train/actor/kl_ref
         skips = hp.skip_solved_after or hp.skip_failed_after
         self.starts = StartTracker(hp.skip_solved_after, hp.skip_failed_after) if skips else None
-
-    def _check_policy_options(self) -> None:
-        """Per-dimension log-probs and executed actions where the config needs them (a clear error otherwise)."""
-        hp = self.hp
-        options = log_prob_options(self.policy)
-        name = type(self.policy).__name__
-        self._per_dim = "per_dim" in options
-        self._chunk_noise = getattr(getattr(self.policy, "action_head", None), "noise", "step") == "chunk"
-        needs = [key for key, on in (("grpo.ratio_level=" + hp.ratio_level, hp.ratio_level != "chunk"),
-                                     ("grpo.mask_unexecuted=true", hp.mask_unexecuted)) if on]
-        if needs and not self._per_dim:
-            raise GRPOSetupError(
-                f"{' and '.join(needs)} need per-dimension log-probs, which {name} does not give (its act/evaluate "
-                "take no per_dim keyword): set grpo.ratio_level=chunk and grpo.mask_unexecuted=false, or give the "
-                "policy per_dim (trainers/policies/base.py)")
-        if hp.logprob_of_executed and "executed" not in options:
-            raise GRPOSetupError(
-                f"grpo.logprob_of_executed=true needs a policy whose act takes executed=True (clip to the action "
-                f"space before the log-prob); {name} does not: set grpo.logprob_of_executed=false")
-        space = self.policy.action_space
-        #: K: env steps per action (chunk)
-        self._steps = int(space.shape[0]) if isinstance(space, spaces.Box) and len(space.shape) == 2 else 1
-        self._act_kwargs: dict[str, Any] = {}
-        if self._per_dim:
-            self._act_kwargs["per_dim"] = True
-        if hp.logprob_of_executed:
-            self._act_kwargs["executed"] = True
 
     def extra_state(self):
         state = {}
@@ -195,48 +167,85 @@ class GRPO(SignalMetrics, OnPolicyAlgorithm):
     def _draw_group(self, group: int, attempt: int) -> tuple[tuple[int, int] | None, EpisodeSpec]:
         """((task, init state) or None, spec) of group number ``group``."""
         rng = np.random.default_rng([self.cfg.seed, group] if attempt == 0 else [self.cfg.seed, group, attempt])
-        task_id = init_state_id = None
-        if self.tasks:
-            task_id = self.fixed_task if self.fixed_task is not None else int(rng.integers(len(self.tasks)))
-            count = self.tasks[task_id].num_init_states
-            if count:
-                init_state_id = int(rng.integers(min(count, self.hp.train_init_states or count)))
-        spec = EpisodeSpec(seed=int(rng.integers(2**31 - 1)), task_id=task_id, init_state_id=init_state_id)
-        return _pair(spec), spec
-
-    def _play(self, specs: list[EpisodeSpec], offset: int) -> tuple[list, list[tuple]]:
-        """Play ``specs``; returns (results, records): per recorded step ``(obs, actions, log_probs, jobs, sub_steps)``
-        with jobs shifted by ``offset`` and ``sub_steps[i]`` the env steps row i's action (chunk) ran (-1: all)."""
-        steps: list[tuple] = []
-        ran: dict[int, list[int]] = collections.defaultdict(list)
-
-        def on_step(jobs: np.ndarray, chunk_steps: np.ndarray) -> None:
-            for i in np.flatnonzero(jobs >= 0):
-                ran[int(jobs[i])].append(int(chunk_steps[i]))
-
-        results = self.runner.run(specs, deterministic=False, recorder=lambda *step: steps.append(step),
-                                  on_step=on_step, act_kwargs=self._act_kwargs)
-        records, seen = [], collections.Counter()
-        for obs, actions, log_probs, jobs in steps:
-            jobs = np.asarray(jobs)
-            sub_steps = np.full(len(jobs), -1, dtype=np.int64)
-            for row in np.flatnonzero(jobs >= 0):
-                job = int(jobs[row])
-                if seen[job] < len(ran[job]):
-                    sub_steps[row] = ran[job][seen[job]]
-                seen[job] += 1
-            records.append((obs, actions, log_probs, np.where(jobs >= 0, jobs + offset, -1), sub_steps))
-        return results, records
+        spec = draw_start(rng, self.tasks, self.hp.train_init_states, self.fixed_task)
+        return start_key(spec), spec
 
     def _record_starts(self, specs: list[EpisodeSpec], outcome: GroupOutcomes) -> None:
         """Every rank's group outcomes of a round into the starts' history (the same on every rank)."""
-        keys = [_pair(spec) for spec in specs[::self.hp.group_size]]
+        keys = [start_key(spec) for spec in specs[::self.hp.group_size]]
         local = list(zip(keys, outcome.all_success.tolist(), outcome.all_fail.tolist()))
         for part in self.dist.gather_objects(local):
             for key, all_success, all_fail in part:
                 self.starts.record(key, all_success, all_fail)
 
     def collect_rollouts(self):
+        """Groups of episodes (:meth:`_sample_groups`), their advantages, and the buffer of the steps that count."""
+        hp = self.hp
+        results, records, outcomes, rounds, skipped = self._sample_groups()
+        scores, judged_ = episode_scores(results, hp.score == "success"), judged(results)
+        # an episode cut by a failed env worker (info["env_failure"]) was not judged by the env: it is left out of
+        # its group's mean and of the loss (its score 0 is no outcome)
+        advantages = group_advantages(scores, hp.group_size, hp.normalize_std, judged=judged_)
+        mixed = torch.cat([o.mixed for o in outcomes])
+        keep = mixed.repeat_interleave(hp.group_size) if hp.filter_uniform_groups else torch.ones(len(results), dtype=torch.bool)
+        keep &= judged_
+
+        # which rows of each recorded step count: those of kept episodes
+        valid_steps, rows_per_episode = [], torch.zeros(len(results))
+        for step in records:
+            jobs = torch.as_tensor(step.jobs)
+            valid = jobs >= 0
+            valid[valid.clone()] = keep[jobs[valid]]
+            rows_per_episode += torch.bincount(jobs[valid], minlength=len(results)).float()
+            valid_steps.append((step, jobs, valid))
+        if hp.min_mixed_groups > 0:  # drop steps of the dropped groups (more rounds: more of them)
+            valid_steps = [entry for entry in valid_steps if entry[2].any()] or valid_steps[:1]
+
+        sums, counts = episode_sums(results, [task.name for task in self.tasks])  # env/... as PPO logs them
+        sums.update({"rollout/rewards": sums["env/return"], "rollout/score_mean": scores.sum().item()})
+        counts.update({"rollout/rewards": sums["env/episode_len"], "rollout/score_mean": len(results)})
+        for name in ("uniform", "mixed", "all_success", "all_fail") if hp.score == "success" else ("uniform", "mixed"):
+            sums[f"rollout/{name}_groups"] = torch.cat([getattr(o, name) for o in outcomes]).float().sum().item()
+            counts[f"rollout/{name}_groups"] = len(mixed)
+        valid_rows = sum(int(valid.sum()) for _, _, valid in valid_steps)
+        totals = self.dist.sum_tensor(torch.tensor(
+            [sums["env/episode_len"], valid_rows, int((rows_per_episode > 0).sum()), len(results), len(mixed),
+             float(mixed.sum()), skipped], dtype=torch.float64)).tolist()
+        env_steps, total_rows, total_kept, episodes_played, groups_played, mixed_total, skipped_total = totals
+
+        weights = None
+        if hp.loss_weighting == "episode":  # 1 / (the episode's transitions), mean 1 over all ranks' transitions
+            weights = (total_rows / max(total_kept, 1.0)) / rows_per_episode.clamp(min=1.0)
+        width = len(records[0].jobs) if records else self.num_envs  # a pipeline stage's envs per record
+        buffer = RolloutBuffer(len(valid_steps), width, self.device)
+        for step, jobs, valid in valid_steps:
+            extras = {}
+            if hp.mask_unexecuted:
+                extras["sub_steps"] = torch.as_tensor(step.sub_steps)
+            if weights is not None:
+                extras["row_weights"] = torch.where(valid, weights[jobs.clamp(min=0)], 0.0)
+            buffer.add(step.obs, step.actions, step.log_probs, valid=valid, extras=extras,
+                       advantages=torch.where(valid, advantages[jobs.clamp(min=0)], 0.0))  # its episode's advantage
+
+        valid_adv = buffer.advantages[buffer.valid]
+        sums["rollout/advantages_mean"], counts["rollout/advantages_mean"] = valid_adv.sum().item(), valid_adv.numel()
+        metrics = self.dist.weighted_mean(sums, counts)
+        metrics["rollout/advantages_max"] = self.dist.max(valid_adv.max().item() if valid_adv.numel() else -1e30)
+        metrics["rollout/advantages_min"] = self.dist.min(valid_adv.min().item() if valid_adv.numel() else 1e30)
+        metrics.update({"rollout/groups": groups_played, "rollout/useful_groups": mixed_total,
+                        "rollout/useful_episodes": mixed_total * hp.group_size, "rollout/sampling_rounds": rounds})
+        if mixed_total:
+            metrics["rollout/episodes_per_useful_group"] = episodes_played / mixed_total
+        if self.starts is not None:
+            metrics.update({"rollout/skipped_starts": skipped_total, "rollout/solved_pairs": self.starts.num_solved(),
+                            "rollout/hopeless_pairs": self.starts.num_hopeless()})
+        self.num_timesteps += int(env_steps)
+        num_minibatches = math.ceil(total_rows / hp.batch_size)  # 0 when every group of every rank was uniform
+        return buffer, num_minibatches, metrics
+
+    def _sample_groups(self) -> tuple[list, list[RecordedStep], list[GroupOutcomes], int, int]:
+        """Rounds of groups until the update holds ``min_mixed_groups`` mixed groups over all ranks (one round without
+        dynamic sampling); returns (episodes, recorded steps, each round's outcomes, rounds, starts skipped)."""
         hp = self.hp
         success = hp.score == "success"
         results, records, outcomes = [], [], []
@@ -245,10 +254,10 @@ class GRPO(SignalMetrics, OnPolicyAlgorithm):
             self.sampling_round = rounds
             specs = self.group_specs()
             skipped += self.last_skipped
-            played, played_records = self._play(specs, offset=len(results))
+            played, played_records = play_recorded(self.runner, specs, self._act_kwargs, offset=len(results))
             if success and any(r.success is None and r.env_failure is None for r in played):
                 raise ValueError(f"{self.cfg.env.id} does not report info['success']: use grpo.score=return")
-            outcome = group_outcomes(_scores(played, success), hp.group_size, success, judged=_judged(played))
+            outcome = group_outcomes(episode_scores(played, success), hp.group_size, success, judged=judged(played))
             if self.starts is not None:
                 self._record_starts(specs, outcome)
             results += played
@@ -258,79 +267,7 @@ class GRPO(SignalMetrics, OnPolicyAlgorithm):
             if hp.min_mixed_groups > 0:  # the same sum on every rank: every rank stops after the same round
                 mixed_found += int(self.dist.sum_tensor(torch.tensor([float(outcome.mixed.sum())])).item())
             if sampling_done(mixed_found, rounds, hp.min_mixed_groups, hp.max_sampling_rounds):
-                break
-
-        scores, judged = _scores(results, success), _judged(results)
-        # an episode cut by a failed env worker (info["env_failure"]) was not judged by the env: it is left out of
-        # its group's mean and of the loss (its score 0 is no outcome)
-        advantages = group_advantages(scores, hp.group_size, hp.normalize_std, judged=judged)
-        mixed = torch.cat([o.mixed for o in outcomes])
-        uniform = ~mixed
-        keep = torch.ones(len(results), dtype=torch.bool)
-        if hp.filter_uniform_groups:
-            keep = mixed.repeat_interleave(hp.group_size)
-        keep &= judged
-
-        prepared, rows_per_episode = [], torch.zeros(len(results))
-        for obs, actions, log_probs, jobs, sub_steps in records:
-            jobs = torch.as_tensor(jobs)
-            valid = jobs >= 0
-            valid[valid.clone()] = keep[jobs[valid]]
-            rows_per_episode += torch.bincount(jobs[valid], minlength=len(results)).float()
-            prepared.append((obs, actions, log_probs, jobs, sub_steps, valid))
-        if hp.min_mixed_groups > 0:  # drop steps of the dropped groups (more rounds: more of them)
-            prepared = [record for record in prepared if record[-1].any()] or prepared[:1]
-
-        sums, counts = episode_sums(results, [task.name for task in self.tasks])  # env/... as PPO logs them
-        lengths, returns = sums["env/episode_len"], sums["env/return"]
-        groups = len(mixed)
-        sums.update({"rollout/rewards": returns, "rollout/score_mean": scores.sum().item(),
-                     "rollout/uniform_groups": uniform.float().sum().item(),
-                     "rollout/mixed_groups": mixed.float().sum().item()})
-        counts.update({"rollout/rewards": lengths, "rollout/score_mean": len(results),
-                       "rollout/uniform_groups": groups, "rollout/mixed_groups": groups})
-        if success:
-            for key, part in (("all_success", "all_success"), ("all_fail", "all_fail")):
-                sums[f"rollout/{key}_groups"] = torch.cat([getattr(o, part) for o in outcomes]).float().sum().item()
-                counts[f"rollout/{key}_groups"] = groups
-        kept_episodes = int((rows_per_episode > 0).sum())
-        valid_rows = sum(int(record[-1].sum()) for record in prepared)
-        totals = self.dist.sum_tensor(torch.tensor(
-            [lengths, valid_rows, kept_episodes, len(results), groups, float(mixed.sum()), skipped],
-            dtype=torch.float64)).tolist()
-        total_rows, total_kept = totals[1], totals[2]
-
-        weights = None
-        if hp.loss_weighting == "episode":  # 1 / (the episode's transitions), mean 1 over all ranks' transitions
-            weights = (total_rows / max(total_kept, 1.0)) / rows_per_episode.clamp(min=1.0)
-        width = len(records[0][3]) if records else self.num_envs  # a pipeline stage's envs per record
-        buffer = RolloutBuffer(len(prepared), width, self.device)
-        for obs, actions, log_probs, jobs, sub_steps, valid in prepared:
-            step_advantages = torch.where(valid, advantages[jobs.clamp(min=0)], 0.0)  # its episode's advantage
-            extras = {}
-            if hp.mask_unexecuted:
-                extras["sub_steps"] = torch.as_tensor(sub_steps)
-            if weights is not None:
-                extras["row_weights"] = torch.where(valid, weights[jobs.clamp(min=0)], 0.0)
-            buffer.add(obs, actions, log_probs, valid=valid, advantages=step_advantages, extras=extras)
-
-        valid_adv = buffer.advantages[buffer.valid]
-        sums["rollout/advantages_mean"], counts["rollout/advantages_mean"] = valid_adv.sum().item(), valid_adv.numel()
-        metrics = self.dist.weighted_mean(sums, counts)
-        metrics["rollout/advantages_max"] = self.dist.max(valid_adv.max().item() if valid_adv.numel() else -1e30)
-        metrics["rollout/advantages_min"] = self.dist.min(valid_adv.min().item() if valid_adv.numel() else 1e30)
-        episodes_played, groups_played, mixed_total = totals[3], totals[4], totals[5]
-        metrics.update({"rollout/groups": groups_played, "rollout/useful_groups": mixed_total,
-                        "rollout/useful_episodes": mixed_total * hp.group_size, "rollout/sampling_rounds": rounds})
-        if mixed_total:
-            metrics["rollout/episodes_per_useful_group"] = episodes_played / mixed_total
-        if self.starts is not None:
-            metrics["rollout/skipped_starts"] = totals[6]
-            metrics["rollout/solved_pairs"] = self.starts.num_solved()
-            metrics["rollout/hopeless_pairs"] = self.starts.num_hopeless()
-        self.num_timesteps += int(totals[0])
-        num_minibatches = math.ceil(total_rows / hp.batch_size)  # 0 when every group of every rank was uniform
-        return buffer, num_minibatches, metrics
+                return results, records, outcomes, rounds, skipped
 
     # ----------------------------------------------------------------------------------------- loss
     def _policy_terms(self, batch, model) -> tuple[torch.Tensor, dict[str, float], _Terms]:
@@ -387,24 +324,6 @@ class GRPO(SignalMetrics, OnPolicyAlgorithm):
             stats["train/actor/kl_ref"] = kl.item()
         stats.update({"train/actor/policy_loss": policy_loss.item(), "train/entropy_loss": entropy_mean.item()})
         return loss, stats
-
-
-def _pair(spec: EpisodeSpec) -> tuple[int, int] | None:
-    """The (task, init state) a group starts from, None when the env has no fixed init states."""
-    if spec.init_state_id is None:
-        return None
-    return (-1 if spec.task_id is None else int(spec.task_id), int(spec.init_state_id))
-
-
-def _scores(results, success: bool) -> torch.Tensor:
-    """Per episode: 1.0 / 0.0 success (a cut episode that reported none: 0.0, left out by :func:`_judged`) or the
-    return."""
-    return torch.tensor([float(bool(r.success)) if success else r.episode_return for r in results])
-
-
-def _judged(results) -> torch.Tensor:
-    """Per episode: the env judged it (not cut by a failed env worker, ``info["env_failure"]``)."""
-    return torch.tensor([r.env_failure is None for r in results], dtype=torch.bool)
 
 
 def _init_params(cls) -> set[str]:

@@ -17,6 +17,9 @@ N updates fit only the critic (the actor takes no step), so that a fresh value h
 ``dim``) puts the ratio, its clip and approx_kl per action chunk, per env step or per action dimension, as GRPO's
 (:mod:`vla_gym.trainers.algorithms.ratio_levels`): the rollout's per-dimension log-probs are taken once after the
 rollout from the policy that played it, before the update moves it.
+
+Reading order: :meth:`PPO.collect_rollouts`, :meth:`PPO.loss` with :func:`clipped_policy_loss` and
+:func:`value_loss` below it, then :meth:`OnPolicyAlgorithm._optimise` (the epochs, minibatches and Adam steps).
 """
 from __future__ import annotations
 
@@ -24,14 +27,14 @@ import sys
 
 import torch
 
-from vla_gym.trainers.algorithms.losses import clipped_policy_loss, explained_variance, value_loss
+from vla_gym.trainers.algorithms.losses import explained_variance
 from vla_gym.trainers.algorithms.on_policy import OnPolicyAlgorithm
 from vla_gym.trainers.algorithms.ratio_levels import (
     PER_DIM_KEYS,
     chunk_view,
-    clipped_token_loss,
     level_log_probs,
     per_dim_ratio_stats,
+    ratio_stats,
 )
 from vla_gym.trainers.algorithms.schedules import schedule
 from vla_gym.trainers.policies.base import log_prob_options
@@ -51,7 +54,7 @@ class PPO(OnPolicyAlgorithm):
     def prepare_policy(self) -> None:
         if self.hp.init_checkpoint:  # e.g. an SFT checkpoint: its actor, a fresh critic
             load_actor_weights(self.policy, self.hp.init_checkpoint, "ppo.init_checkpoint", self.device,
-                                         self.contract)
+                               self.contract)
         if self.hp.exploration_std is not None:
             self.policy.set_exploration(std=self.hp.exploration_std)
         if self.hp.ratio_level != "chunk" and "per_dim" not in log_prob_options(self.policy):
@@ -60,6 +63,10 @@ class PPO(OnPolicyAlgorithm):
                 f"{type(self.policy).__name__} does not give (its act/evaluate take no per_dim keyword): set "
                 "ppo.ratio_level=chunk, or give the policy per_dim (trainers/policies/base.py)")
 
+    def _find_unused_parameters(self) -> bool:
+        return self.hp.critic_warmup_updates > 0  # the warm-up's loss leaves the actor out of the graph
+
+    # ------------------------------------------------------------------------------------ rollouts
     def start_rollouts(self, seeds: list[int]) -> None:
         self.buffer = RolloutBuffer(self.hp.n_steps, self.num_envs, self.device)
         self.collector = RolloutCollector(self.envs, self.policy, self.buffer, self.hp.gamma, self.hp.gae_lambda,
@@ -67,6 +74,7 @@ class PPO(OnPolicyAlgorithm):
         self.collector.reset(seeds)
 
     def collect_rollouts(self):
+        """``n_steps`` vector steps into the buffer, with GAE's advantages and returns (the collector's)."""
         self.buffer.extras.pop("old_dims", None)  # the last update's (ratio_level step/dim), not a rollout's field
         stats = self.collector.collect()
         buffer = self.buffer
@@ -96,37 +104,35 @@ class PPO(OnPolicyAlgorithm):
         dims = torch.cat(parts)
         return dims.reshape(buffer.n_steps, buffer.num_envs, *dims.shape[1:])
 
+    # ---------------------------------------------------------------------------------------- loss
     def loss(self, batch):
+        """Clipped surrogate + ``vf_coef`` x value loss - ``ent_coef`` x entropy on one minibatch; during the
+        critic warm-up (the first ``critic_warmup_updates`` updates) the value loss alone."""
         hp = self.hp
-        if hp.ratio_level == "chunk":
-            log_probs, entropy, values = self.model(batch["obs"], batch["actions"])
-        else:
-            new_dims_flat, entropy, values = self.model(batch["obs"], batch["actions"], per_dim=True)
         advantages = batch["advantages"]
         if hp.normalize_advantage and advantages.numel() > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         clip_range = hp.clip_range * schedule(hp.clip_schedule, self.progress)
-        if hp.ratio_level == "chunk":
-            policy_loss, stats = clipped_policy_loss(log_probs, batch["log_probs"], advantages, clip_range)
-        else:
-            steps = self._chunk_steps()
-            new_dims = chunk_view(new_dims_flat, steps)
-            old_dims = chunk_view(batch["old_dims"], steps)
-            new, _ = level_log_probs(new_dims, hp.ratio_level)
-            old, _ = level_log_probs(old_dims, hp.ratio_level)
-            policy_loss, stats = clipped_token_loss(new, old, advantages, clip_range, clip_range)
+        stats: dict[str, float] = {}
+        if hp.ratio_level == "chunk":  # one ratio per action (chunk): its joint log-prob
+            new, entropy, values = self.model(batch["obs"], batch["actions"])
+            old = batch["log_probs"]
+        else:  # one ratio per env step of the chunk (step) or per action dimension (dim)
+            new_dims, entropy, values = self.model(batch["obs"], batch["actions"], per_dim=True)
+            new_dims, old_dims = chunk_view(new_dims, self._chunk_steps()), chunk_view(batch["old_dims"],
+                                                                                      self._chunk_steps())
+            new, old = level_log_probs(new_dims, hp.ratio_level)[0], level_log_probs(old_dims, hp.ratio_level)[0]
             stats.update(per_dim_ratio_stats(new_dims, old_dims, None, clip_range, clip_range))
-        critic_loss, critic_stats = value_loss(values, batch["values"], batch["returns"], hp.clip_range_vf)
+        policy_loss, ratio_metrics = clipped_policy_loss(new, old, advantages, clip_range)
+        critic_loss, critic_metrics = value_loss(values, batch["values"], batch["returns"], hp.clip_range_vf)
         entropy_mean = entropy.mean()
-        if self.num_updates < hp.critic_warmup_updates:
-            # the actor stays in the graph with zero weight (DDP reduces every parameter's gradient) and, with
-            # Adam's moments still zero, takes no step
-            loss = 0.0 * policy_loss + hp.vf_coef * critic_loss
-        else:
-            loss = policy_loss + hp.vf_coef * critic_loss
+        loss = hp.vf_coef * critic_loss
+        if self.num_updates >= hp.critic_warmup_updates:  # after the warm-up the actor learns too
+            loss = loss + policy_loss
             if hp.ent_coef:  # left out of the graph otherwise: no backward pass through the entropy
                 loss = loss - hp.ent_coef * entropy_mean
-        stats.update(critic_stats)
+        stats.update(ratio_metrics)
+        stats.update(critic_metrics)
         stats.update({
             "train/actor/policy_loss": policy_loss.item(), "train/critic/value_loss": critic_loss.item(),
             "train/entropy_loss": entropy_mean.item(),
@@ -141,6 +147,38 @@ class PPO(OnPolicyAlgorithm):
     def post_update_metrics(self, buffer: RolloutBuffer) -> dict[str, float]:
         valid = buffer.valid
         return {"train/critic/explained_variance": explained_variance(buffer.values[valid], buffer.returns[valid])}
+
+
+def clipped_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+                        clip_range: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's clipped surrogate objective, negated to minimise: ``log_probs`` ``[B]`` (one ratio per sample) or
+    ``[B, T]`` (T ratio tokens per sample, the sample's advantage on each), ``advantages`` ``[B]``.
+
+    >>> loss, stats = clipped_policy_loss(torch.zeros(4), torch.zeros(4), torch.ones(4), clip_range=0.2)
+    >>> loss.item(), sorted(stats)
+    (-1.0, ['train/actor/approx_kl', 'train/actor/clip_fraction', 'train/actor/clipped_ratio'])
+    """
+    log_ratio = log_probs - old_log_probs
+    ratio = log_ratio.exp()
+    advantages = advantages.reshape(-1, *[1] * (ratio.dim() - 1))
+    surrogate = torch.min(advantages * ratio, advantages * ratio.clamp(1.0 - clip_range, 1.0 + clip_range))
+    approx_kl, clip_fraction, clipped_mean, _ = ratio_stats(log_ratio.detach(), None, clip_range, clip_range)
+    return -surrogate.mean(), {"train/actor/approx_kl": approx_kl, "train/actor/clip_fraction": clip_fraction,
+                               "train/actor/clipped_ratio": clipped_mean}
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+               clip_range_vf: float | None) -> tuple[torch.Tensor, dict[str, float]]:
+    """Squared error to the returns; with ``clip_range_vf`` the pessimum of the clipped and unclipped errors (the
+    new value kept within ``clip_range_vf`` of the rollout's)."""
+    loss = (values - returns).square()
+    clip_ratio = 0.0
+    if clip_range_vf is not None:
+        delta = values - old_values
+        clipped_values = old_values + delta.clamp(-clip_range_vf, clip_range_vf)
+        loss = torch.max(loss, (clipped_values - returns).square())
+        clip_ratio = (delta.detach().abs() > clip_range_vf).float().mean().item()
+    return loss.mean(), {"train/critic/value_clip_ratio": clip_ratio}
 
 
 def main(argv: list[str] | None = None) -> int:

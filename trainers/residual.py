@@ -46,7 +46,6 @@ import dataclasses
 import pathlib
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -55,48 +54,44 @@ import torch
 from vla_gym.core.episodes import episode_sums
 from vla_gym.trainers.algorithms.replay import FeatureReplay
 from vla_gym.trainers.algorithms.residual_td3 import ResidualTD3, TD3Settings
-from vla_gym.trainers.evaluation.periodic import TrainingEvaluator
 from vla_gym.trainers.evaluation.stats import rank_auc
-from vla_gym.trainers.policies import make_policy
+from vla_gym.trainers.policies import make_policy, policy_class
 from vla_gym.trainers.policies.residual import ResidualPolicy
-from vla_gym.trainers.rollout.episode_plan import EpisodeSpec
+from vla_gym.trainers.rollout.episode_plan import EpisodeSpec, draw_start
 from vla_gym.trainers.rollout.episode_runner import EpisodeRunner
-from vla_gym.trainers.runtime.callbacks import Callback, CallbackList, as_callback, default_callbacks
-from vla_gym.trainers.runtime.checkpoint import atomic_save, checkpoint_state, load_checkpoint, rng_state, set_rng_state
+from vla_gym.trainers.runtime.checkpoint import atomic_save, load_checkpoint
 from vla_gym.trainers.runtime.config import Config
-from vla_gym.trainers.runtime.contract import check_contract, checkpoint_contract, env_contract
+from vla_gym.trainers.runtime.contract import env_contract
 from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.envs import env_attr, make_envs
 from vla_gym.trainers.runtime.launch import logs_and_evaluation_lines
-from vla_gym.trainers.runtime.run import TrainingRun
+from vla_gym.trainers.runtime.trainer import Trainer
 
 POLICY = "vla_gym.trainers.policies.residual:ResidualPolicy"
 
 
-class ResidualRL:
+class ResidualRL(Trainer):
     """Off-policy residual RL on a frozen base policy (module docstring)."""
 
     algo = "residual"
+    final_copy = "final.pt"
+    resume_hint = "its base goes into policy.kwargs.base_checkpoint (or set checkpoint.resume=null)"
     cli_description = "Residual RL on a frozen SFT policy: twin critics on its features, a bounded actor (docs/trainers.md)"
     cli_example_config = "examples/configs/libero_small_residual.yaml"
     setup_errors = (ValueError, FileNotFoundError, TypeError)
 
     def __init__(self, cfg: Config, dist: Distributed | None = None, write_run: bool = True):
-        self.cfg, self.hp = cfg, cfg.residual
-        self.dist = dist or Distributed.from_env(cfg.device)
+        if not is_residual_policy(cfg.policy.name):  # before any env is built
+            raise ValueError(f"policy.name={cfg.policy.name}: residual RL trains a {POLICY} (set policy.name to it "
+                             "and policy.kwargs.base_checkpoint to the SFT checkpoint)")
+        self.start_trainer(cfg, dist, write_run)
         if self.dist.world_size > 1:
             raise ValueError("trainers/residual.py runs in one process so far: start it with python, not torchrun")
-        self.device = self.dist.device
-        if cfg.torch_threads:
-            torch.set_num_threads(cfg.torch_threads)
         self.envs = make_envs(cfg.env, cfg.env.num_envs)
         self.contract = env_contract(self.envs)
         torch.manual_seed(cfg.seed)
         self.policy = make_policy(cfg.policy.name, self.envs.single_observation_space, self.envs.single_action_space,
                                   **cfg.policy.kwargs)
-        if not isinstance(self.policy, ResidualPolicy):
-            raise ValueError(f"policy.name={cfg.policy.name}: residual RL trains a {POLICY} (set policy.name to it "
-                             "and policy.kwargs.base_checkpoint to the SFT checkpoint)")
         self.policy.set_exploration(std=self.hp.exploration_std)
         settings = TD3Settings(**{f.name: getattr(self.hp, f.name) for f in dataclasses.fields(TD3Settings)})
         self.td3 = ResidualTD3(self.policy, settings, self.hp.critic_hidden_sizes)
@@ -107,39 +102,13 @@ class ResidualRL:
         self.generator = torch.Generator().manual_seed(cfg.seed)
         #: (Q, the episode succeeded) of the latest decisions, scored as they arrived (train/critic/success_auc)
         self.critic_check: collections.deque = collections.deque(maxlen=2000)
-        self.num_updates = 0     # rounds
-        self.num_timesteps = 0   # env steps
         self.episodes = 0
-        self.last_metrics: dict[str, float] = {}
-        self.last_eval: dict[str, Any] | None = None
-        self.run = TrainingRun(cfg, self.dist, cfg.path if write_run else None, self.algo)
-        self.evaluator = TrainingEvaluator(cfg, self.dist, self.run)
-        self.run_path = self.run.path
-
-    @classmethod
-    def from_config(cls, cfg: Config, dist: Distributed | None = None, write_run: bool = True) -> ResidualRL:
-        return cls(cfg, dist, write_run)
-
-    @property
-    def log_step(self) -> int:
-        return self.num_timesteps
-
-    log_unit = "env steps"
 
     # ------------------------------------------------------------------------------------ rollouts
     def round_specs(self) -> list[EpisodeSpec]:
         """This round's episodes: (task, init state) pairs drawn from ``default_rng([seed, round])``."""
         rng = np.random.default_rng([self.cfg.seed, self.num_updates])
-        specs = []
-        for _ in range(self.hp.episodes_per_round):
-            task_id = init_state_id = None
-            if self.tasks:
-                task_id = int(rng.integers(len(self.tasks)))
-                count = self.tasks[task_id].num_init_states
-                if count:
-                    init_state_id = int(rng.integers(min(count, self.hp.train_init_states or count)))
-            specs.append(EpisodeSpec(seed=int(rng.integers(2**31 - 1)), task_id=task_id, init_state_id=init_state_id))
-        return specs
+        return [draw_start(rng, self.tasks, self.hp.train_init_states) for _ in range(self.hp.episodes_per_round)]
 
     def collect(self) -> tuple[list, int]:
         """Play one round's episodes; their decisions go into the replay. Returns (results, decisions added)."""
@@ -188,96 +157,62 @@ class ResidualRL:
         return metrics
 
     # ---------------------------------------------------------------------------------------- loop
-    def learn(self, callback: Callback | Callable | list | None = None) -> ResidualRL:
-        """Rounds until ``total_timesteps`` env steps (or ``time_limit_s``), with the callbacks PPO, GRPO and SFT run
-        (logging, checkpoints, evaluation); returns self."""
-        run = self.run
-        callbacks = CallbackList(default_callbacks(final_copy="final.pt")
-                                 + [c for c in [as_callback(callback)] if c is not None])
-        start = run.start_clock()
-        run.begin(self, self.cfg.total_timesteps, self.device)
-        first_steps = self.num_timesteps
+    def begin_run(self) -> None:
+        super().begin_run()
         self.policy.eval()
-        try:
-            callbacks.on_training_start(self)
-            while self.num_timesteps < self.cfg.total_timesteps and not run.out_of_time():
-                t0 = time.perf_counter()
-                results, added = self.collect()
-                t1 = time.perf_counter()
-                metrics = self.train_steps(added)
-                now = time.perf_counter()
-                self.num_updates += 1
-                sums, counts = episode_sums(results, [task.name for task in self.tasks])
-                metrics.update({key: sums[key] / counts[key] for key in sums if counts.get(key)})
-                auc = rank_auc(*zip(*self.critic_check)) if self.critic_check else None
-                if auc is not None:
-                    metrics["train/critic/success_auc"] = auc
-                metrics.update({
-                    "replay/decisions": len(self.replay),
-                    "replay/success_episodes": self.replay.successes / max(self.replay.episodes, 1),
-                    "train/updates": self.td3.critic_steps, "train/actor_updates": self.td3.actor_steps,
-                    "time/rollout_s": t1 - t0, "time/update_s": now - t1, "time/elapsed_s": run.elapsed_s(),
-                    "time/total_fps": (self.num_timesteps - first_steps) / max(now - start, 1e-9),
-                })
-                self.last_metrics = metrics
-                if callbacks.on_update_end(self, metrics) is False:
-                    break
-            callbacks.on_training_end(self)
-        finally:
-            run.stop_logging()
-        return self
 
-    def evaluate(self, episodes: int, report_dir: pathlib.Path | None = None) -> dict[str, Any]:
-        """Greedy episodes in the env (``eval.*``), logged at the current env step."""
-        self.last_eval = self.evaluator.evaluate(self.policy, episodes, self.num_updates, self.num_timesteps,
-                                                 report_dir=report_dir)
-        return self.last_eval
-
-    def record_videos(self, episodes: int, directory: pathlib.Path) -> list[str]:
-        return self.evaluator.record_videos(self.policy, episodes, directory)
+    def update(self) -> dict[str, float]:
+        """One round: its episodes into the replay, then its gradient steps."""
+        t0 = time.perf_counter()
+        results, added = self.collect()
+        t1 = time.perf_counter()
+        metrics = self.train_steps(added)
+        self.num_updates += 1
+        sums, counts = episode_sums(results, [task.name for task in self.tasks])
+        metrics.update({key: sums[key] / counts[key] for key in sums if counts.get(key)})
+        auc = rank_auc(*zip(*self.critic_check)) if self.critic_check else None
+        if auc is not None:
+            metrics["train/critic/success_auc"] = auc
+        metrics.update({
+            "replay/decisions": len(self.replay),
+            "replay/success_episodes": self.replay.successes / max(self.replay.episodes, 1),
+            "train/updates": self.td3.critic_steps, "train/actor_updates": self.td3.actor_steps,
+            "time/rollout_s": t1 - t0, "time/update_s": time.perf_counter() - t1,
+        })
+        return metrics
 
     # ------------------------------------------------------------------------------- checkpoints
-    def state_dict(self, rng: list[Any] | None = None) -> dict[str, Any]:
-        """What PPO/GRPO/SFT checkpoints hold (so ``load_policy`` and ``trainers/eval.py`` take it), plus the
-        critics and optimizers (``td3``); the replay is written beside it (:meth:`save_checkpoint`)."""
-        return checkpoint_state(
-            self.algo, self.cfg, self.policy, policy_state=self.policy.state_dict(), optimizer=None,
-            counters={"num_timesteps": self.num_timesteps, "num_updates": self.num_updates, "episodes": self.episodes},
-            contract=self.contract, policy_name=self.cfg.policy.name, policy_kwargs=dict(self.cfg.policy.kwargs),
-            rng=rng, td3=self.td3.state_dict(), generator=self.generator.get_state())
+    def counters(self) -> dict[str, int]:
+        return {**super().counters(), "episodes": self.episodes}
 
-    def load_state(self, state: dict[str, Any], restore_rng: bool = False) -> None:
-        if state.get("algo") != self.algo:
-            raise ValueError(f"checkpoint.resume: a {str(state.get('algo')).upper()} checkpoint cannot resume residual "
-                             "RL; its base goes into policy.kwargs.base_checkpoint (or set checkpoint.resume=null)")
-        check_contract(checkpoint_contract(state), self.contract, "checkpoint.resume")
-        self.policy.load_state_dict(state["policy"])  # the rollouts' noise: collect() sets it every round
-        if state.get("td3") is not None:
-            self.td3.load_state_dict(state["td3"])
+    def load_counters(self, counters: dict[str, int]) -> None:
+        super().load_counters(counters)
+        self.episodes = counters["episodes"]
+
+    def rng_generators(self) -> dict[str, torch.Generator]:
+        return {"replay": self.generator}
+
+    def extra_state(self) -> dict[str, Any]:
+        """The critics, their targets and both optimizers (``td3``); the replay is written beside the checkpoint."""
+        return {"td3": self.td3.state_dict()}
+
+    def load_extra_state(self, extra: dict[str, Any]) -> None:
+        if extra.get("td3") is not None:
+            self.td3.load_state_dict(extra["td3"])
         else:  # a finished campaign run, slimmed for the repository (experiments/libero_miniature/campaign.py)
             self.run.say("the checkpoint holds no critics: they and the replay start afresh (and warm up again)")
-        counters = state["counters"]
-        self.num_timesteps, self.num_updates = counters["num_timesteps"], counters["num_updates"]
-        self.episodes = counters["episodes"]
-        self.generator.set_state(state["generator"])
         replay = self.replay_path()
         if replay is not None and replay.is_file():
             self.replay.load_state_dict(load_checkpoint(replay))
         elif self.num_updates:
             self.run.say(f"no {replay}: resuming with an empty replay")
-        if restore_rng and state.get("rng"):
-            set_rng_state(state["rng"][0])
 
     def replay_path(self) -> pathlib.Path | None:
         return None if self.run.path is None else self.run.path / "replay.pt"
 
-    def save_checkpoint(self) -> pathlib.Path | None:
-        """``checkpoints/ckpt_<round>.pt`` and ``replay.pt``, both atomically (the replay first: a checkpoint never
-        points past its data)."""
-        if self.run.checkpointer is None:
-            return None
+    def save_alongside(self) -> None:
+        """``replay.pt``, atomically, before its checkpoint: a checkpoint never points past its data."""
         atomic_save(self.replay.state_dict(), self.replay_path())
-        return self.run.checkpointer.save(self.state_dict([rng_state()]), self.num_updates)
 
     def summary_lines(self) -> list[str]:
         lines = [f"run directory: {self.run_path}",
@@ -290,9 +225,13 @@ class ResidualRL:
             lines.append(f"  model:       {self.run_path / 'final.pt'}   (trainers/eval.py --checkpoint ...)")
         return lines + logs_and_evaluation_lines(self)
 
-    def close(self) -> None:
-        self.evaluator.close()
-        self.envs.close()
+
+def is_residual_policy(name: str) -> bool:
+    """Whether ``policy.name`` names the residual policy (by its registered name or import path)."""
+    try:
+        return issubclass(policy_class(name), ResidualPolicy)
+    except (KeyError, ValueError, ImportError, AttributeError, TypeError):
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:

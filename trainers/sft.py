@@ -34,7 +34,6 @@ import math
 import pathlib
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -45,17 +44,15 @@ from vla_gym.core.registry import check_env_id
 from vla_gym.data.lerobot import DemoDataset
 from vla_gym.data.lerobot.concat import ConcatDemoDataset
 from vla_gym.trainers.algorithms.schedules import schedule
-from vla_gym.trainers.evaluation.periodic import TrainingEvaluator
 from vla_gym.trainers.policies import Policy, make_policy
 from vla_gym.trainers.rollout.batch import to_torch
-from vla_gym.trainers.runtime.callbacks import Callback, CallbackList, as_callback, default_callbacks
-from vla_gym.trainers.runtime.checkpoint import checkpoint_state, load_actor_weights, rng_state, set_rng_state
+from vla_gym.trainers.runtime.checkpoint import load_actor_weights
 from vla_gym.trainers.runtime.config import Config
-from vla_gym.trainers.runtime.contract import check_contract, checkpoint_contract, env_contract
+from vla_gym.trainers.runtime.contract import env_contract
 from vla_gym.trainers.runtime.distributed import Distributed
 from vla_gym.trainers.runtime.envs import make_envs
 from vla_gym.trainers.runtime.launch import logs_and_evaluation_lines
-from vla_gym.trainers.runtime.run import TrainingRun
+from vla_gym.trainers.runtime.trainer import Trainer
 
 
 class ImitationObjective(nn.Module):
@@ -131,26 +128,25 @@ def open_one_dataset(path: str, env_id: str) -> DemoDataset:
     return data
 
 
-class SFT:
+class SFT(Trainer):
     """Behaviour cloning from a demonstration dataset (module docstring)."""
 
     algo = "sft"
+    log_unit = "optimizer steps"
+    final_copy = "final.pt"
+    resume_hint = "to start SFT from its weights, set sft.init_checkpoint (and checkpoint.resume=null)"
     cli_description = "Behaviour cloning (SFT) on a LeRobot v3 demonstration dataset (see docs/sft.md)"
     #: from_config errors whose message says what to do (no dataset, a dataset that does not fit the env)
     setup_errors = (ValueError, FileNotFoundError)
 
     def __init__(self, cfg: Config, dist: Distributed | None = None, write_run: bool = True):
-        self.cfg, self.hp = cfg, cfg.sft
+        self.start_trainer(cfg, dist, write_run)
         if not self.hp.dataset:
             raise ValueError("sft.dataset is not set: record one with `vla-gym demos ENV_ID --out DIR` and pass "
                              "sft.dataset=DIR")
         if cfg.distributed.strategy != "ddp":
             raise ValueError(f"distributed.strategy={cfg.distributed.strategy!r}: SFT trains with ddp only so far "
                              "(PPO and GRPO take fsdp); set distributed.strategy=ddp")
-        self.dist = dist or Distributed.from_env(cfg.device)
-        self.device = self.dist.device
-        if cfg.torch_threads:
-            torch.set_num_threads(cfg.torch_threads)
         self.per_rank_batch = self.dist.shard(self.hp.batch_size, "sft.batch_size")
         self.data = open_dataset(self.hp.dataset, cfg.env.id)
         probe = make_envs(cfg.env, 1)
@@ -178,17 +174,7 @@ class SFT:
         self.steps_per_epoch = max(1, len(self.rows) // self.hp.batch_size)
         total = self.steps_per_epoch * self.hp.epochs
         self.total_steps = min(total, self.hp.max_steps) if self.hp.max_steps is not None else total
-        self.num_updates = 0
         self.frames_seen = 0
-        self.last_metrics: dict[str, float] = {}
-        self.last_eval: dict[str, Any] | None = None
-        self.run = TrainingRun(cfg, self.dist, cfg.path if write_run else None, self.algo)
-        self.evaluator = TrainingEvaluator(cfg, self.dist, self.run)
-        self.run_path = self.run.path
-
-    @classmethod
-    def from_config(cls, cfg: Config, dist: Distributed | None = None, write_run: bool = True) -> SFT:
-        return cls(cfg, dist, write_run)
 
     # -------------------------------------------------------------------------------------- data
     def epoch_order(self, epoch: int) -> np.ndarray:
@@ -210,103 +196,50 @@ class SFT:
     # -------------------------------------------------------------------------------------- loop
     @property
     def log_step(self) -> int:
-        """The x axis of SFT's logs: optimizer steps."""
+        """The x axis of SFT's logs and what ``total_steps`` counts: optimizer steps."""
         return self.num_updates
 
-    log_unit = "optimizer steps"
+    @property
+    def throughput_count(self) -> int:
+        return self.frames_seen
 
-    def learn(self, callback: Callback | Callable | list | None = None) -> SFT:
-        """Train for ``sft.epochs`` (or ``sft.max_steps``) optimizer steps, evaluating and checkpointing as
-        configured (the callbacks PPO and GRPO use, plus ``callback``: see :mod:`vla_gym.trainers.runtime.callbacks`);
-        returns self."""
-        run, hp = self.run, self.hp
-        callbacks = CallbackList(default_callbacks(final_copy="final.pt")
-                                 + [c for c in [as_callback(callback)] if c is not None])
-        start = run.start_clock()
-        run.begin(self, self.total_steps, self.device)
-        first = self.num_updates
-        max_norm = hp.max_grad_norm if hp.max_grad_norm is not None else math.inf
+    def begin_run(self) -> None:
+        super().begin_run()
         self.policy.train()
-        try:
-            callbacks.on_training_start(self)
-            while self.num_updates < self.total_steps and not run.out_of_time():
-                t0 = time.perf_counter()
-                lr = hp.learning_rate * schedule(hp.lr_schedule, self.num_updates / self.total_steps)
-                for group in self.optimizer.param_groups:
-                    group["lr"] = lr
-                rows = self.batch_rows(self.num_updates)
-                obs, actions = self.load_batch(rows)
-                t1 = time.perf_counter()
-                loss = self.model(obs, actions)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(self._params, max_norm)
-                self.optimizer.step()
-                self.num_updates += 1
-                self.frames_seen += len(rows) * self.dist.world_size
-                now = time.perf_counter()
-                metrics = self.dist.mean({"train/loss": loss.item(), "train/grad_norm": grad_norm.item()})
-                metrics.update({
-                    "train/lr": lr, "train/epoch": self.num_updates / self.steps_per_epoch,
-                    "time/load_s": t1 - t0, "time/step_s": now - t1,
-                    "time/total_fps": (self.num_updates - first) * hp.batch_size / max(now - start, 1e-9),
-                })
-                self.last_metrics = metrics
-                if callbacks.on_update_end(self, metrics) is False:
-                    break
-            callbacks.on_training_end(self)
-        finally:
-            run.stop_logging()
-        return self
 
-    def evaluate(self, episodes: int, report_dir: pathlib.Path | None = None) -> dict[str, Any]:
-        """Collective: greedy episodes in the env (``eval.*``), logged at the current step."""
-        self.policy.eval()
-        try:
-            self.last_eval = self.evaluator.evaluate(self.policy, episodes, self.num_updates, self.num_updates,
-                                                     report_dir=report_dir)
-        finally:
-            self.policy.train()
-        return self.last_eval
-
-    def record_videos(self, episodes: int, directory: pathlib.Path) -> list[str]:
-        """MP4s of the first ``episodes`` evaluation episodes, played greedily."""
-        self.policy.eval()
-        try:
-            return self.evaluator.record_videos(self.policy, episodes, directory)
-        finally:
-            self.policy.train()
+    def update(self) -> dict[str, float]:
+        """One optimizer step on ``sft.batch_size`` frames (split over the ranks)."""
+        hp = self.hp
+        t0 = time.perf_counter()
+        lr = hp.learning_rate * schedule(hp.lr_schedule, self.progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        rows = self.batch_rows(self.num_updates)
+        obs, actions = self.load_batch(rows)
+        t1 = time.perf_counter()
+        loss = self.model(obs, actions)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        max_norm = hp.max_grad_norm if hp.max_grad_norm is not None else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self._params, max_norm)
+        self.optimizer.step()
+        self.num_updates += 1
+        self.frames_seen += len(rows) * self.dist.world_size
+        metrics = self.dist.mean({"train/loss": loss.item(), "train/grad_norm": grad_norm.item()})
+        metrics.update({"train/lr": lr, "train/epoch": self.num_updates / self.steps_per_epoch,
+                        "time/load_s": t1 - t0, "time/step_s": time.perf_counter() - t1})
+        return metrics
 
     # ------------------------------------------------------------------------------- checkpoints
-    def state_dict(self, rng: list[Any] | None = None) -> dict[str, Any]:
-        """What a PPO/GRPO checkpoint holds (so they and load_policy take it), with SFT's counters."""
-        return checkpoint_state(
-            self.algo, self.cfg, self.policy, policy_state=self.policy.state_dict(),
-            optimizer=self.optimizer.state_dict(),
-            counters={"num_timesteps": 0, "num_updates": self.num_updates, "frames_seen": self.frames_seen},
-            contract=self.contract, policy_name=self.cfg.policy.name, policy_kwargs=dict(self.cfg.policy.kwargs),
-            rng=rng, extra={"dataset": str(self.data.root), "last_loss": self.last_metrics.get("train/loss")})
+    def counters(self) -> dict[str, int]:
+        return {"num_timesteps": 0, "num_updates": self.num_updates, "frames_seen": self.frames_seen}
 
-    def load_state(self, state: dict[str, Any], restore_rng: bool = False) -> None:
-        if state.get("algo") != self.algo:
-            raise ValueError(f"checkpoint.resume: a {str(state.get('algo')).upper()} checkpoint cannot resume SFT; "
-                             "to start SFT from its weights, load them into policy.kwargs (or set checkpoint.resume=null)")
-        check_contract(checkpoint_contract(state), self.contract, "checkpoint.resume")
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.num_updates = state["counters"]["num_updates"]
-        self.frames_seen = state["counters"].get("frames_seen", 0)
-        if restore_rng and state.get("rng"):
-            set_rng_state(state["rng"][self.dist.rank % len(state["rng"])])
+    def load_counters(self, counters: dict[str, int]) -> None:
+        self.num_updates = counters["num_updates"]
+        self.frames_seen = counters.get("frames_seen", 0)
 
-    def save_checkpoint(self) -> pathlib.Path | None:
-        """Collective (gathers RNG states); rank 0 writes ``checkpoints/ckpt_<step>.pt`` atomically."""
-        if self.run.checkpointer is None:
-            return None
-        rng = self.dist.gather_objects(rng_state())
-        if not self.dist.is_main:
-            return None
-        return self.run.checkpointer.save(self.state_dict(rng), self.num_updates)
+    def extra_state(self) -> dict[str, Any]:
+        return {"dataset": str(self.data.root), "last_loss": self.last_metrics.get("train/loss")}
 
     def summary_lines(self) -> list[str]:
         """What the command line prints at the end: loss, the checkpoint RL starts from, TensorBoard, evaluation."""
@@ -316,9 +249,6 @@ class SFT:
         if self.run_path is not None:
             lines.append(f"  checkpoint:  {self.run_path / 'final.pt'}   (grpo.init_checkpoint=...)")
         return lines + logs_and_evaluation_lines(self)
-
-    def close(self) -> None:
-        self.evaluator.close()
 
 
 def main(argv: list[str] | None = None) -> int:

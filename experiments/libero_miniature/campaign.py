@@ -375,9 +375,9 @@ class Campaign:
             return
         checkpoint = self.rl_checkpoint()
         state = load_checkpoint(checkpoint)
-        resume_only = {key: None for key in ("optimizer", "td3") if state.get(key) is not None}
-        if resume_only:
-            atomic_save({**state, **resume_only}, checkpoint)
+        extra = state.get("extra") or {}
+        if state.get("optimizer") is not None or extra.get("td3") is not None:  # what only a resume needs
+            atomic_save({**state, "optimizer": None, "extra": {**extra, "td3": None}}, checkpoint)
         for spare in ("replay.pt", "final.pt"):
             (self.rl_run / spare).unlink(missing_ok=True)
 

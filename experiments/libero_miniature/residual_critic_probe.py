@@ -27,13 +27,13 @@ from vla_gym.trainers.runtime.checkpoint import atomic_write_text, load_checkpoi
 
 def probe(run: pathlib.Path, batches: int = 8, batch_size: int = 256, seed: int = 0) -> dict:
     state = load_checkpoint(run / "final.pt")
-    if state.get("algo") != "residual" or state.get("td3") is None:
+    if state.get("algo") != "residual" or (state.get("extra") or {}).get("td3") is None:
         raise SystemExit(f"{run / 'final.pt'}: not a residual run's checkpoint with its critics (a slimmed one has none)")
     hp = state["config"]["residual"]
     policy = load_policy(state)
     settings = TD3Settings(**{f.name: hp.get(f.name, f.default) for f in dataclasses.fields(TD3Settings)})  # older runs lack newer keys
     td3 = ResidualTD3(policy, settings, hp["critic_hidden_sizes"])
-    td3.load_state_dict(state["td3"])
+    td3.load_state_dict(state["extra"]["td3"])
     replay = FeatureReplay(hp["buffer_size"], policy.feature_dim, policy.action_shape, hp["gamma"], hp["n_step"])
     replay.load_state_dict(load_checkpoint(run / "replay.pt"))
     generator = torch.Generator().manual_seed(seed)

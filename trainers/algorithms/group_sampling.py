@@ -129,3 +129,22 @@ def draw_unsolved(draw, tracker: StartTracker | None, max_attempts: int = 64):
             return spec, skipped
         skipped += 1
     return spec, skipped
+
+
+def start_key(spec) -> tuple[int, int] | None:
+    """The (task, init state) an :class:`~vla_gym.trainers.rollout.episode_plan.EpisodeSpec` starts from (the key
+    :class:`StartTracker` counts), None when the env has no fixed init states."""
+    if spec.init_state_id is None:
+        return None
+    return (-1 if spec.task_id is None else int(spec.task_id), int(spec.init_state_id))
+
+
+def episode_scores(results, success: bool) -> torch.Tensor:
+    """Per episode: 1.0 / 0.0 success (a cut episode that reported none: 0.0, left out by :func:`judged`) or the
+    return."""
+    return torch.tensor([float(bool(r.success)) if success else r.episode_return for r in results])
+
+
+def judged(results) -> torch.Tensor:
+    """Per episode: the env judged it (not cut by a failed env worker, ``info["env_failure"]``)."""
+    return torch.tensor([r.env_failure is None for r in results], dtype=torch.bool)

@@ -1,13 +1,16 @@
-"""GRPO's settings: the ``grpo:`` section of a run config (trainers/grpo.py).
+"""GRPO's settings: the ``grpo:`` section of a run config (trainers/grpo.py), and what they need of a policy.
 
     >>> GRPOConfig(clip_range_high=0.28).clip_bounds
     (0.2, 0.28)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
+from gymnasium import spaces
+
+from vla_gym.trainers.policies.base import log_prob_options
 from vla_gym.trainers.runtime.schema import ConfigError
 
 
@@ -106,3 +109,46 @@ class GRPOConfig:
         low = self.clip_range if self.clip_range_low is None else self.clip_range_low
         high = self.clip_range if self.clip_range_high is None else self.clip_range_high
         return low, high
+
+
+class GRPOSetupError(ValueError):
+    """The config asks for something the policy cannot do (the message names the keys to change)."""
+
+
+@dataclass
+class LogProbSetup:
+    """How GRPO takes a policy's log-probs (:func:`log_prob_setup`)."""
+
+    #: the policy gives per-dimension log-probs (``act/evaluate(per_dim=True)``): ratios per env step or dimension
+    per_dim: bool
+    #: the policy draws one noise per chunk (``policy.kwargs.noise=chunk``): only a chunk's first step carries it
+    chunk_noise: bool
+    #: K, the env steps of one action (1 for a flat action)
+    steps: int
+    #: keywords of ``policy.act`` in rollouts
+    act_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def log_prob_setup(hp: GRPOConfig, policy) -> LogProbSetup:
+    """What ``policy`` offers for the log-probs ``hp`` asks for; :class:`GRPOSetupError` naming the keys to change
+    when it lacks per-dimension log-probs (``ratio_level`` step/dim, ``mask_unexecuted``) or executed actions
+    (``logprob_of_executed``)."""
+    options = log_prob_options(policy)
+    name = type(policy).__name__
+    per_dim = "per_dim" in options
+    needs = [key for key, on in (("grpo.ratio_level=" + hp.ratio_level, hp.ratio_level != "chunk"),
+                                 ("grpo.mask_unexecuted=true", hp.mask_unexecuted)) if on]
+    if needs and not per_dim:
+        raise GRPOSetupError(
+            f"{' and '.join(needs)} need per-dimension log-probs, which {name} does not give (its act/evaluate "
+            "take no per_dim keyword): set grpo.ratio_level=chunk and grpo.mask_unexecuted=false, or give the "
+            "policy per_dim (trainers/policies/base.py)")
+    if hp.logprob_of_executed and "executed" not in options:
+        raise GRPOSetupError(
+            f"grpo.logprob_of_executed=true needs a policy whose act takes executed=True (clip to the action "
+            f"space before the log-prob); {name} does not: set grpo.logprob_of_executed=false")
+    space = policy.action_space
+    steps = int(space.shape[0]) if isinstance(space, spaces.Box) and len(space.shape) == 2 else 1
+    act_kwargs = {key: True for key, on in (("per_dim", per_dim), ("executed", hp.logprob_of_executed)) if on}
+    chunk_noise = getattr(getattr(policy, "action_head", None), "noise", "step") == "chunk"
+    return LogProbSetup(per_dim, chunk_noise, steps, act_kwargs)

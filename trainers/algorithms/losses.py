@@ -1,39 +1,13 @@
-"""PPO's losses, each returning (loss, stats) with stats named as they are logged.
+"""Estimates PPO and GRPO share: the KL to a reference policy from sampled actions, and the critic's explained
+variance. (PPO's clipped surrogate and value loss are in trainers/ppo.py; GRPO's per-token surrogate in
+:mod:`~vla_gym.trainers.algorithms.ratio_levels`.)
 
-    >>> loss, stats = clipped_policy_loss(new_log_probs, old_log_probs, advantages, clip_range=0.2)  # doctest: +SKIP
-    >>> sorted(stats)                                                                                  # doctest: +SKIP
-    ['train/actor/approx_kl', 'train/actor/clip_fraction', 'train/actor/clipped_ratio']
-
-All inputs are ``[B]`` tensors. ``weight`` (0 or 1) lets an empty minibatch run a zero-gradient
-backward pass so distributed ranks stay paired (see :mod:`.buffer`).
+    >>> kl_to_reference(torch.zeros(2), torch.zeros(2)).tolist()
+    [0.0, 0.0]
 """
 from __future__ import annotations
 
 import torch
-
-from vla_gym.trainers.algorithms.ratio_levels import clipped_token_loss
-
-
-def clipped_policy_loss(
-    log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor, clip_range: float,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO's clipped surrogate objective (negated, to minimise): one ratio per sample, a symmetric clip
-    (:func:`~vla_gym.trainers.algorithms.ratio_levels.clipped_token_loss` with one token per row)."""
-    return clipped_token_loss(log_probs.unsqueeze(1), old_log_probs.unsqueeze(1), advantages, clip_range, clip_range)
-
-
-def value_loss(
-    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip_range_vf: float | None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Squared error to the returns; with ``clip_range_vf`` the pessimum of clipped and unclipped."""
-    loss = (values - returns).square()
-    clip_ratio = 0.0
-    if clip_range_vf is not None:
-        delta = values - old_values
-        clipped_values = old_values + delta.clamp(-clip_range_vf, clip_range_vf)
-        loss = torch.max(loss, (clipped_values - returns).square())
-        clip_ratio = (delta.detach().abs() > clip_range_vf).float().mean().item()
-    return loss.mean(), {"train/critic/value_clip_ratio": clip_ratio}
 
 
 def kl_to_reference(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ ran: out of the chunk's sum, and out of the tokens of the other levels. :func:`c
 clipped surrogate per token, clipped to ``[1 - low, 1 + high]``; a row's loss is the sum over its valid tokens
 divided by ``T`` (a token the env did not run counts zero), rows are averaged, optionally with weights (GRPO's
 ``loss_weighting: episode``). With ``T = 1``, no mask and no weights it is exactly
-:func:`~vla_gym.trainers.algorithms.losses.clipped_policy_loss`.
+:func:`~vla_gym.trainers.ppo.clipped_policy_loss`.
 """
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def clipped_token_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO's clipped surrogate (negated) over ``[B, T]`` token log-probs; ``advantages`` ``[B]`` (one per row);
     ``mask`` ``[B, T]`` tokens that count; ``row_weights`` ``[B]`` (module docstring). Stats as
-    :func:`~vla_gym.trainers.algorithms.losses.clipped_policy_loss` names them, per token."""
+    :func:`~vla_gym.trainers.ppo.clipped_policy_loss` names them, per token."""
     log_ratio = log_probs - old_log_probs
     ratio = log_ratio.exp()
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)

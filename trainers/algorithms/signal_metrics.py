@@ -33,13 +33,13 @@ class SignalMetrics:
     """Wraps an on-policy algorithm's ``_update`` with the metrics above when ``self.hp.signal_metrics`` is set.
     Needs GRPO's ``_policy_terms``, ``_noise_mask``, ``_level_tokens``, ``reference`` and ``_steps``."""
 
-    def _update(self, buffer: RolloutBuffer, num_minibatches: int) -> dict[str, float]:
+    def _optimise(self, buffer: RolloutBuffer, num_minibatches: int) -> dict[str, float]:
         if not self.hp.signal_metrics or num_minibatches == 0:  # the same on every rank
-            return super()._update(buffer, num_minibatches)
+            return super()._optimise(buffer, num_minibatches)
         probe = self._probe(buffer)
         before = self._gaussian_snapshot(probe)
         cosine = self._grad_cosine(probe)
-        metrics = super()._update(buffer, num_minibatches)
+        metrics = super()._optimise(buffer, num_minibatches)
         metrics.update(self._probe_metrics(probe, before))
         if cosine is not None:
             metrics["train/actor/grad_cosine_halves"] = cosine

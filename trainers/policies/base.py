@@ -145,13 +145,15 @@ class DistributionPolicy(Policy):
         """The action distribution for ``obs`` (GRPO's diagnostics read a Gaussian's ``mean`` and ``log_std``)."""
         return self._heads(obs)[0]
 
-    def set_exploration(self, std: float | None = None, noise: str | None = None) -> None:
-        """Sample with this std (every dimension) and/or noise shape (``step`` | ``chunk``) from now on; needs a
-        Gaussian ``action_head`` (trainers/policies/distributions.py)."""
+    def set_exploration(self, std: float | None = None, noise: str | None = None,
+                        temperature: float | None = None) -> None:
+        """Sample with this std (every dimension) and/or noise shape (``step`` | ``chunk``) from now on, with a
+        Gaussian ``action_head``; at this ``temperature`` with a token head (trainers/policies/distributions.py)."""
         head = getattr(self, "action_head", None)
         if not hasattr(head, "set_exploration"):
-            raise TypeError(f"{type(self).__name__} has no Gaussian action_head: its exploration cannot be set")
-        head.set_exploration(std, noise)
+            raise TypeError(f"{type(self).__name__} has no Gaussian or token action_head: its exploration cannot be "
+                            "set")
+        head.set_exploration(std, noise, **({} if temperature is None else {"temperature": temperature}))
 
     def executed_actions(self, actions: torch.Tensor) -> torch.Tensor:
         """``actions`` (in the policy's action space) clipped so that :meth:`to_env_actions` would not clip them:

@@ -21,6 +21,9 @@ the policy gradient to credit):
     >>> bool(torch.allclose(noise[:, 0], noise[:, 3]))
     True
 
+A :class:`TokenHead` is the other head for Box spaces: per action dimension a categorical over 256 bins (action
+tokens), sampled at a temperature (:class:`BinnedCategorical`).
+
 Sampling noise comes from torch's global generator, or, inside ``with row_generators(gens):``, row ``i`` of a batch
 from ``gens[i]`` (one ``torch.Generator`` per row): then a row's sample does not depend on which other rows share
 its batch, which is what lets pipelined rollouts (``trainers/rollout/pipeline.py``) split the envs into stages and still
@@ -155,6 +158,87 @@ class Categorical:
         return -(self.logits.exp() * self.logits).sum(-1)
 
 
+class BinnedCategorical:
+    """Per action dimension, a categorical over ``n_bins`` uniform bins of ``[low, high]`` (the OpenVLA layout of
+    :class:`~vla_gym.trainers.policies.openvla_prompts.ActionTokenizer`: bin ``i`` decodes to its centre), from
+    logits ``[B, *shape, n_bins]`` divided by ``temperature``. Actions are continuous ``[B, *shape]``: a sample or the
+    mode is a bin centre; ``log_prob`` reads each action's bin, so a clipped or demonstrated action has the
+    log-prob of the bin it falls in. ``per_dim=True``: one log-prob per action dimension (one token each).
+
+        >>> dist = BinnedCategorical(torch.zeros(1, 2, 4), temperature=1.0)     # 2 dims, 4 bins of [-1, 1]
+        >>> dist.mode().tolist(), round(dist.log_prob(torch.tensor([[0.9, -0.1]])).item(), 4)
+        ([[-0.75, -0.75]], -2.7726)
+    """
+
+    def __init__(self, logits: torch.Tensor, temperature: float = 1.0, low: float = -1.0, high: float = 1.0):
+        self.logits = (logits / temperature).log_softmax(-1)
+        self.n_bins, self.low, self.high = logits.shape[-1], low, high
+        self.width = (high - low) / self.n_bins
+
+    def bins(self, actions: torch.Tensor) -> torch.Tensor:
+        """The bin index of each action value (values outside ``[low, high]`` in the end bins); in float64, as
+        :class:`~vla_gym.trainers.policies.openvla_prompts.ActionTokenizer` bins."""
+        index = torch.floor((actions.double() - self.low) / self.width).long()
+        return index.clamp(0, self.n_bins - 1)
+
+    def centres(self, bins: torch.Tensor) -> torch.Tensor:
+        return self.low + (bins.to(self.logits.dtype) + 0.5) * self.width
+
+    def sample(self) -> torch.Tensor:
+        return self.centres((self.logits - standard_exponential(self.logits).log()).argmax(-1))  # Gumbel-max
+
+    def mode(self) -> torch.Tensor:
+        return self.centres(self.logits.argmax(-1))
+
+    def log_prob(self, actions: torch.Tensor, per_dim: bool = False) -> torch.Tensor:
+        """``[B]``: summed over every action dimension; ``per_dim``: ``[B, *shape]``."""
+        actions = actions.reshape(self.logits.shape[:-1])
+        per_dim_log_probs = self.logits.gather(-1, self.bins(actions).unsqueeze(-1)).squeeze(-1)
+        return per_dim_log_probs if per_dim else per_dim_log_probs.flatten(1).sum(1)
+
+    def entropy(self) -> torch.Tensor:
+        return -(self.logits.exp() * self.logits).flatten(1).sum(1)
+
+
+class TokenHead(nn.Module):
+    """Features -> per action dimension a categorical over ``n_bins`` bins (:class:`BinnedCategorical`): action
+    tokens, as the anchors' VLAs emit them. Rollouts sample at ``temperature`` (SimpleVLA-RL and RLinf: 1.6); the
+    mode (greedy) is the most likely bin's centre whatever the temperature."""
+
+    noise = "step"
+
+    def __init__(self, in_dim: int, shape: tuple[int, ...], n_bins: int = 256, temperature: float = 1.0,
+                 low: float = -1.0, high: float = 1.0):
+        super().__init__()
+        self.shape, self.n_bins, self.low, self.high = tuple(shape), int(n_bins), float(low), float(high)
+        if self.n_bins < 2:
+            raise ValueError(f"n_bins must be at least 2, got {n_bins}")
+        self.temperature = check_temperature(temperature)
+        self.mean = nn.Linear(in_dim, math.prod(self.shape) * self.n_bins)  # named like GaussianHead's output layer
+
+    def forward(self, features: torch.Tensor, temperature: float | None = None) -> BinnedCategorical:
+        logits = self.mean(features).view(-1, *self.shape, self.n_bins)
+        return BinnedCategorical(logits, self.temperature if temperature is None else temperature, self.low,
+                                 self.high)
+
+    def set_exploration(self, std: float | None = None, noise: str | None = None,
+                        temperature: float | None = None) -> None:
+        """Sample at ``temperature`` from now on (a token head has no std: ``std`` is refused)."""
+        if std is not None:
+            raise ValueError("an action-token head samples at a temperature, not with a std: set its temperature "
+                             "(policy.kwargs.temperature) instead of an exploration std")
+        if noise not in (None, "step"):
+            raise ValueError(f"noise {noise!r}: an action-token head draws every token on its own (noise 'step')")
+        if temperature is not None:
+            self.temperature = check_temperature(temperature)
+
+
+def check_temperature(temperature: float) -> float:
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    return float(temperature)
+
+
 class GaussianHead(nn.Module):
     """Features -> a diagonal Gaussian with a learned, state-independent ``log_std`` of the action's shape;
     ``noise="chunk"`` (chunks ``[K, A]`` only) shares each draw over the chunk's steps (:class:`ChunkGaussian`)."""
@@ -170,9 +254,13 @@ class GaussianHead(nn.Module):
         mean = self.mean(features).view(-1, *self.shape)
         return ChunkGaussian(mean, self.log_std) if self.noise == "chunk" else DiagGaussian(mean, self.log_std)
 
-    def set_exploration(self, std: float | None = None, noise: str | None = None) -> None:
+    def set_exploration(self, std: float | None = None, noise: str | None = None,
+                        temperature: float | None = None) -> None:
         """Sample with standard deviation ``std`` in every dimension and/or with noise shape ``noise`` from now on
         (e.g. RL exploration after an SFT whose MSE never trained ``log_std``)."""
+        if temperature is not None:
+            raise ValueError("a Gaussian action head samples with a std, not at a temperature: set an exploration "
+                             "std, or train the policy with policy.kwargs.head=tokens")
         if std is not None:
             if not std > 0:
                 raise ValueError(f"exploration std must be > 0, got {std}")

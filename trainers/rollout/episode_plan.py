@@ -1,5 +1,6 @@
 """Which episodes to play: :class:`EpisodeSpec` (seed / task / initial state), :func:`suite_specs` (every task x
-initial state of a suite, or seeds) and :class:`EpisodeResult` (a played spec).
+initial state of a suite, or seeds), :func:`draw_start` (one random training start) and :class:`EpisodeResult` (a
+played spec).
 
     specs = suite_specs(envs, episodes_per_task=5)                   # tasks x init states, or seeds
     results = EpisodeRunner(envs, policy).run(specs)                 # vla_gym.trainers.rollout.episode_runner
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from gymnasium.vector import VectorEnv
 
 from vla_gym.core.episodes import Episode
@@ -33,6 +35,27 @@ class EpisodeSpec:
 
     def options(self) -> dict[str, int]:
         return {k: v for k, v in (("task_id", self.task_id), ("init_state_id", self.init_state_id)) if v is not None}
+
+
+def draw_start(rng: np.random.Generator, tasks: Sequence, train_init_states: int | None = None,
+               task_id: int | None = None) -> EpisodeSpec:
+    """One training episode's start drawn from ``rng``, in this order: a task (``task_id`` when the env is fixed to
+    one, else uniform over ``tasks``), an initial state below ``train_init_states`` (all of the task's when None) and
+    a seed. An env without tasks (``tasks`` empty) gets only the seed. GRPO draws its groups' starts and residual RL
+    its rounds' episodes with it.
+
+        >>> draw_start(np.random.default_rng(0), tasks=[])
+        EpisodeSpec(seed=1826701614, task_id=None, init_state_id=None)
+    """
+    init_state_id = None
+    if tasks:
+        task_id = task_id if task_id is not None else int(rng.integers(len(tasks)))
+        count = tasks[task_id].num_init_states
+        if count:
+            init_state_id = int(rng.integers(min(count, train_init_states or count)))
+    else:
+        task_id = None
+    return EpisodeSpec(seed=int(rng.integers(2**31 - 1)), task_id=task_id, init_state_id=init_state_id)
 
 
 @dataclass(frozen=True)
