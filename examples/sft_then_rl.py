@@ -24,11 +24,11 @@ training curve (from its TensorBoard log). Stages are cached in ``--out``: the d
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import os
 import pathlib
 import shlex
-import subprocess
-import sys
 import time
 
 from vla_gym.runtime.cli_args import script_parser
@@ -92,12 +92,20 @@ def commands(args: argparse.Namespace, out: pathlib.Path) -> dict[str, list[str]
     }
 
 
+#: each command's entry point: ``main(argv)`` of the module the command line runs
+ENTRY_POINTS = {"vla-gym": "vla_gym.cli", "trainers/sft.py": "vla_gym.trainers.sft",
+                "trainers/grpo.py": "vla_gym.trainers.grpo", "trainers/eval.py": "vla_gym.trainers.eval"}
+
+
 def run(argv: list[str]) -> float:
-    """Print and run one command (with this interpreter); returns its wall-clock seconds."""
+    """Print one command and run it: its entry point's ``main(argv)`` in this process (what the command line runs,
+    without a new interpreter, torch import and model load per command); returns its wall-clock seconds."""
     print("$ " + " ".join(shlex.quote(a) for a in argv), flush=True)
-    program = {"python": [sys.executable], "vla-gym": [sys.executable, "-m", "vla_gym.cli"]}[argv[0]]
+    command, args = (argv[0], argv[1:]) if argv[0] == "vla-gym" else (argv[1], argv[2:])
     t0 = time.perf_counter()
-    subprocess.run([*program, *argv[1:]], cwd=ROOT, check=True)
+    code = importlib.import_module(ENTRY_POINTS[command]).main(args)
+    if code:
+        raise SystemExit(f"`{' '.join(argv)}` failed with exit code {code}")
     return time.perf_counter() - t0
 
 
@@ -152,6 +160,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     out = pathlib.Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    os.chdir(ROOT)  # the commands name configs relative to the repository root, as typed there
     stages = commands(args, out)
     timings = {"demos_s": run(stages["demos"])}
     demos = json.loads((out / "demos" / "meta" / "vla_gym_demos.json").read_text())
