@@ -238,7 +238,7 @@ def test_grpo_config_defaults_keep_the_old_behaviour_and_bad_values_are_named():
     assert config_from_dict({"grpo": {"clip_range_high": 0.28}}).grpo.clip_bounds == (0.2, 0.28)
     bad = [({"ratio_level": "token"}, "grpo.ratio_level"), ({"clip_range_low": 1.2}, "clip_range_low"),
            ({"clip_range_high": 0}, "clip_range_high"), ({"loss_weighting": "step"}, "grpo.loss_weighting"),
-           ({"min_mixed_groups": 2}, "filter_uniform_groups=true"),
+           ({"min_mixed_groups": 2, "filter_uniform_groups": False}, "filter_uniform_groups=true"),
            ({"min_mixed_groups": 9, "filter_uniform_groups": True, "groups_per_update": 2}, "never be reached"),
            ({"max_sampling_rounds": 0}, "max_sampling_rounds"), ({"skip_solved_after": -1}, "skip_solved_after"),
            ({"skip_solved_after": 2, "score": "return"}, "score=success")]

@@ -103,3 +103,36 @@ def test_ppo_small_policy_checkpoint_round_trip(envs, tmp_path):
     loaded = PPO.load(path, env=envs, device="cpu")
     for key, value in algo.policy.state_dict().items():
         torch.testing.assert_close(loaded.policy.state_dict()[key], value)
+
+
+def test_grpo_update_small_policy_with_action_tokens(envs, tmp_path):
+    """The anchors' GRPO on the token head: rollouts sampled at temperature 1.6, one ratio per action token
+    (ratio_level dim) clipped to [0.8, 1.28]; the first minibatch's ratios are 1 (act and evaluate agree)."""
+    from vla_gym.trainers import GRPO
+
+    torch.manual_seed(0)
+    algo = GRPO(SMALL, envs, config=config(tmp_path, name="tokens"), group_size=2, groups_per_update=1, n_epochs=1,
+                batch_size=64, learning_rate=1e-3, ratio_level="dim", clip_range_high=0.28, mask_unexecuted=True,
+                filter_uniform_groups=False,
+                policy_kwargs={"image_size": None, "head": "tokens", "temperature": 1.6, "critic": False})
+    assert algo.policy.action_head.temperature == 1.6
+    before = trainable_copy(algo.policy)
+    algo.learn(1)
+    assert algo.num_updates == 1
+    assert abs(algo.last_metrics["train/actor/approx_kl"]) < 1e-5
+    assert any(k.startswith("action_head.") for k in changed(before, algo.policy))
+
+
+def test_the_token_study_config_validates():
+    """experiments/libero_miniature/configs/libero_object_miniature_grpo_tokens.yaml: the anchors' settings."""
+    import pathlib
+
+    from vla_gym.trainers.runtime.config import load_config
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    cfg = load_config(root / "experiments/libero_miniature/configs/libero_object_miniature_grpo_tokens.yaml")
+    hp = cfg.grpo
+    assert (cfg.policy.kwargs["head"], cfg.policy.kwargs["temperature"]) == ("tokens", 1.6)
+    assert (hp.group_size, hp.ratio_level, hp.clip_bounds, hp.kl_coef, hp.train_init_states) == (
+        8, "dim", (0.2, 0.28), 0.0, 40)
+    assert hp.min_mixed_groups == hp.groups_per_update and hp.filter_uniform_groups

@@ -24,8 +24,9 @@ class GRPOConfig:
     score: Literal["success", "return"] = "success"
     #: divide by the group's standard deviation (GRPO); false gives a plain group baseline (Dr. GRPO)
     normalize_std: bool = False
-    #: skip groups whose scores are all equal (zero advantage, no signal)
-    filter_uniform_groups: bool = False
+    #: leave out groups whose scores are all equal (zero advantage: no signal, only noise in the batch statistics);
+    #: every example config does
+    filter_uniform_groups: bool = True
     n_epochs: int = 4
     #: minibatch size (transitions, over all ranks)
     batch_size: int = 1024
