@@ -223,7 +223,8 @@ def test_policies_without_per_dim_log_probs_are_refused_with_the_keys_to_change(
                            ({"logprob_of_executed": True}, "grpo.logprob_of_executed=false")):
         with pytest.raises(GRPOSetupError, match=match):
             GRPO(SumOnlyPolicy(*space), toy_envs(1), group_size=2, groups_per_update=1, **hparams)
-    grpo = GRPO(SumOnlyPolicy(*space), toy_envs(1), group_size=2, groups_per_update=1, n_epochs=1)  # chunk: fine
+    grpo = GRPO(SumOnlyPolicy(*space), toy_envs(1), group_size=2, groups_per_update=1, n_epochs=1,
+                filter_uniform_groups=False)  # chunk: fine (and every group trained on, uniform or not)
     grpo.learn(1)
     assert "train/actor/policy_loss" in grpo.last_metrics and "train/actor/clip_fraction_dim" not in grpo.last_metrics
     grpo.close()
@@ -653,7 +654,7 @@ def test_v2_settings_on_libero_mask_the_sub_steps_after_a_truncation():
                             image_size=32)
     grpo = GRPO("mlp", envs, group_size=2, groups_per_update=1, n_epochs=1, batch_size=64, ratio_level="dim",
                 clip_range_high=0.28, mask_unexecuted=True, logprob_of_executed=True, loss_weighting="episode",
-                policy_kwargs={"hidden_sizes": [16], "critic": False, "log_std_init": 0.0})
+                filter_uniform_groups=False, policy_kwargs={"hidden_sizes": [16], "critic": False, "log_std_init": 0.0})
     grpo.start_rollouts([0])
     buffer, _, _ = grpo.collect_rollouts()
     valid = buffer.valid.flatten()

@@ -1,6 +1,8 @@
-"""Callbacks: what happens around a trainer's updates, shared by PPO, GRPO and SFT (Stable-Baselines3's habit).
+"""Callbacks: what happens around a trainer's updates, shared by PPO, GRPO, SFT and residual RL (Stable-Baselines3's
+habit).
 
-A trainer (``OnPolicyAlgorithm`` or ``SFT``) runs its own loop and calls three hooks on a :class:`CallbackList`:
+:meth:`Trainer.learn <vla_gym.trainers.runtime.trainer.Trainer.learn>`, the one loop, calls three hooks on a
+:class:`CallbackList`:
 ``on_training_start`` once (after a resume), ``on_update_end`` after every update (returning False stops the
 run) and ``on_training_end`` once. Logging, checkpoints and evaluation are callbacks, so every trainer gets the
 same cadence from the same config keys (``logging.log_interval``, ``checkpoint.every``, ``eval.every``)::
