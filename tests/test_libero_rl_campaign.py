@@ -261,3 +261,19 @@ def test_more_cameras_make_a_campaign_of_their_own():
     grpo = module.Campaign(module.parse_args(["--suite", "spatial", "--seed", "0", "--cameras", "main", "wrist"]))
     assert grpo.variant == "protocol_wrist"
     assert grpo.camera_overrides(policy=True) == ["env.kwargs.cameras=[main,wrist]", "policy.kwargs.cameras=[main,wrist]"]
+
+
+def test_the_token_head_makes_a_campaign_of_its_own():
+    """``--head tokens``: the SFT fits the token head, GRPO runs the anchors' settings on it and the sampled
+    evaluations draw at temperature 1.6, in a folder, model names and rows of their own."""
+    module = campaign_script()
+    tokens = module.Campaign(module.parse_args(["--suite", "object", "--seed", "0", "--head", "tokens"]))
+    assert (tokens.state.name, tokens.variant, tokens.sft_variant) == ("object_s0_tokens", "protocol_tokens",
+                                                                       "protocol_tokens")
+    assert tokens.camera_overrides(policy=True) == ["policy.kwargs.head=tokens"]
+    assert tokens.camera_overrides(policy=False) == []
+    assert tokens.modes == {"greedy": [], "sampled": ["--stochastic", "--temperature", "1.6"]}
+    commands = []
+    module.run = lambda command, *rest: commands.append(command) or 0
+    tokens.train_rl()
+    assert module.TOKENS_GRPO_CONFIG in commands[-1] and "policy.kwargs.head=tokens" in commands[-1]

@@ -149,3 +149,30 @@ def test_the_readme_shows_the_results_json_table():
     """The study's README holds the table that `table.py readme` renders from results.json (`--check` only compares)."""
     result = run("readme", "--check")
     assert "differs" not in result.stderr
+
+
+def test_a_row_records_the_action_head_and_the_sampling_temperature(tmp_path):
+    """``head`` from the evaluated checkpoint's policy kwargs, ``temperature`` from the report's settings (or the
+    checkpoint's own when the evaluation did not set one), for a sampled evaluation of a token head only."""
+    sys.path.insert(0, str(STUDY))
+    try:
+        import table
+    finally:
+        sys.path.remove(str(STUDY))
+
+    def report(name: str, kwargs: dict, **settings) -> pathlib.Path:
+        checkpoint = tmp_path / f"{name}.pt"
+        torch.save({"policy_kwargs": kwargs}, checkpoint)
+        path = eval_report(tmp_path / name, [True, False])
+        data = json.loads((path / "eval.json").read_text())
+        data["settings"] = {"checkpoint": str(checkpoint), "deterministic": True, **settings}
+        (path / "eval.json").write_text(json.dumps(data))
+        return path
+
+    assert table.sampling(report("gauss", {})) == {"head": "gaussian", "temperature": None}
+    tokens = {"head": "tokens", "temperature": 1.6}
+    assert table.sampling(report("greedy", tokens)) == {"head": "tokens", "temperature": None}
+    assert table.sampling(report("own", tokens, deterministic=False)) == {"head": "tokens", "temperature": 1.6}
+    assert table.sampling(report("set", tokens, deterministic=False, temperature=1.0)) == {"head": "tokens",
+                                                                                           "temperature": 1.0}
+    assert table.sampling(eval_report(tmp_path / "old", [True, False])) == {}

@@ -289,6 +289,8 @@ def test_libero_chunked_episodes_are_the_same_with_two_stages(libero_envs):
     assert_same_episodes(one, two)
 
 
+@pytest.mark.slow  # PPO's two-stage rollouts: test_ppo_rollouts_are_the_same_with_two_stages; LIBERO's chunks in
+# stages: test_libero_chunked_episodes_are_the_same_with_two_stages
 def test_libero_chunked_ppo_rollouts_are_the_same_with_two_stages(libero_envs):
     one = ppo_rollouts(libero_envs, 1, n_steps=4, rollouts=1, log_std_init=-1.0)
     two = ppo_rollouts(libero_envs, 2, n_steps=4, rollouts=1, log_std_init=-1.0)

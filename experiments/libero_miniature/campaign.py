@@ -6,6 +6,7 @@
     python experiments/libero_miniature/campaign.py --suite object --seed 0 --method rft --status  # done, to do
     python experiments/libero_miniature/campaign.py --suite object --seed 1 --method residual  # on the same SFT
     python experiments/libero_miniature/campaign.py --suite spatial --seed 0 --method rft --cameras main wrist
+    python experiments/libero_miniature/campaign.py --suite object --seed 0 --method grpo --head tokens  # action tokens
 
 The anchors' protocol in miniature (issue 28, experiments/libero_miniature/README.md), each step a product command:
 
@@ -37,6 +38,11 @@ The anchors' protocol in miniature (issue 28, experiments/libero_miniature/READM
    ``experiments/libero_miniature/models/`` (git keeps the few the README names). Rows land one by one, training
    starts greedy first. The SFT's reports (``evals/sft_*``) serve every method; the RL model's are ``evals/rl_*``
    (GRPO), ``evals/residual_*`` or ``evals/rft_*``;
+``--head tokens`` fits the small policy's action-token head instead of the Gaussian (``policy.kwargs.head=tokens``,
+SFT by cross-entropy), runs GRPO with ``configs/libero_object_miniature_grpo_tokens.yaml`` (the anchors' settings) and
+samples the ``sampled`` evaluations at temperature 1.6; a campaign of its own (``<suite>_s<seed>_tokens/``, variant
+``protocol_tokens``), whose rows record ``head`` and ``temperature``.
+
 5. **curve**: ``experiments/libero_miniature/figures.py --no-grids``: ``<method>_curve.png`` / ``.md`` in the
    campaign folder, the success of the RL run's rollouts per update (GRPO) or round (residual), or of each RFT
    round's model, with the greedy evaluations on the training starts as lines.
@@ -85,6 +91,10 @@ RFT_FLAGS = ["--samples-per-start", "1", "--std", "0.05"]
 RFT_FIT = ["sft.epochs=100", "sft.max_steps=4800"]
 METHOD_NAMES = {"grpo": "GRPO", "residual": "residual RL", "rft": "RFT"}  # in the curve's legend
 MODES = {"greedy": [], "sampled": ["--stochastic", "--std", "0.05"]}
+#: ``--head tokens``: the small policy's action-token head (256 bins per dimension, cross-entropy), its GRPO at the
+#: anchors' settings, and sampled evaluations at the anchors' rollout temperature instead of a std
+TOKENS_GRPO_CONFIG = str(STUDY / "configs" / "libero_object_miniature_grpo_tokens.yaml")
+TOKENS_SAMPLED = ["--stochastic", "--temperature", "1.6"]
 
 
 def copy_report(source: pathlib.Path, target: pathlib.Path) -> None:
@@ -101,14 +111,16 @@ class Campaign:
     def __init__(self, args):
         self.args = args
         #: the cameras besides the main one name a campaign of their own (``spatial_s0_wrist``): its SFT, RL and rows
-        self.tag = "_".join(camera for camera in args.cameras if camera != "main")
+        self.tag = "_".join([camera for camera in args.cameras if camera != "main"]
+                            + (["tokens"] if args.head == "tokens" else []))
         folder = f"{args.suite}_s{args.seed}" + (f"_{self.tag}" if self.tag else "")
         self.state = pathlib.Path(args.state or ROOT / "runs/libero_rl_campaign" / folder).resolve()
         self.work = pathlib.Path(args.work).resolve() if args.work else self.state
         self.env_id = ENV_IDS[args.suite]
         self.deadline = time.monotonic() + 60 * args.minutes if args.minutes else None
         self.splits = {"train": args.train_init_states, "heldout": args.heldout_init_states}
-        self.modes = {mode: flags for mode, flags in MODES.items() if mode in args.modes}  # greedy first
+        modes = {**MODES, "sampled": TOKENS_SAMPLED} if args.head == "tokens" else MODES
+        self.modes = {mode: flags for mode, flags in modes.items() if mode in args.modes}  # greedy first
 
     # ---- where each step's output is
     @property
@@ -145,11 +157,14 @@ class Campaign:
         return "_".join(part for part in ("protocol", self.tag) if part)
 
     def camera_overrides(self, policy: bool) -> list[str]:
-        """The env's cameras (and the SFT policy's, ``policy``) when the campaign uses more than the main one."""
-        if not self.tag:
-            return []
-        cameras = f"[{','.join(self.args.cameras)}]"
-        return [f"env.kwargs.cameras={cameras}", *([f"policy.kwargs.cameras={cameras}"] if policy else [])]
+        """The env's cameras (and the SFT policy's, ``policy``) when the campaign uses more than the main one, and
+        the SFT policy's head with ``--head tokens``."""
+        overrides = ["policy.kwargs.head=tokens"] if policy and self.args.head == "tokens" else []
+        if any(camera != "main" for camera in self.args.cameras):
+            cameras = f"[{','.join(self.args.cameras)}]"
+            overrides = [f"env.kwargs.cameras={cameras}", *([f"policy.kwargs.cameras={cameras}"] if policy else []),
+                         *overrides]
+        return overrides
 
     @property
     def rl_run(self) -> pathlib.Path:
@@ -258,7 +273,8 @@ class Campaign:
             method = [f"grpo.init_checkpoint={self.sft}", f"grpo.train_init_states={starts}"]
         else:
             method = [f"policy.kwargs.base_checkpoint={repo_relative(self.sft)}", f"residual.train_init_states={starts}"]
-        command = [sys.executable, f"trainers/{self.method}.py", "--config", RL_CONFIGS[self.method],
+        config = TOKENS_GRPO_CONFIG if self.method == "grpo" and self.args.head == "tokens" else RL_CONFIGS[self.method]
+        command = [sys.executable, f"trainers/{self.method}.py", "--config", config,
                    f"env.id={self.env_id}", f"run_dir={self.state}", f"name={self.method}", f"seed={self.args.seed}",
                    *method, f"total_timesteps={self.rl_steps}", "checkpoint.keep_last=1",
                    *self.camera_overrides(policy=self.method == "grpo"), *self.args.rl_override]
@@ -401,6 +417,10 @@ def parse_args(argv: list[str] | None = None):
                         help="the RL run's starts: init states 0..N-1 of every task")
     parser.add_argument("--heldout-init-states", default="40-49")
     parser.add_argument("--demo-init-states", default="0-2")
+    parser.add_argument("--head", choices=("gaussian", "tokens"), default="gaussian",
+                        help="the small policy's action head: gaussian (MSE, sampled with a std) or tokens (256 bins "
+                             "per dimension, cross-entropy, GRPO at the anchors' settings, sampled at temperature 1.6); "
+                             "tokens is a campaign of its own (<suite>_s<seed>_tokens/, variant ..._tokens)")
     parser.add_argument("--modes", nargs="+", choices=sorted(MODES), default=list(MODES),
                         help="the evaluation modes, each a row per split (default: greedy and sampled)")
     parser.add_argument("--cameras", nargs="+", default=["main"],

@@ -14,7 +14,8 @@ bound by the unexecuted sub-steps of episode ends), the frames the policies saw 
 from the RL report's receipt: ``3.3.0 linear`` is LIBERO's own), the checkpoints and the commit that measured it. Adding a row with the same key
 replaces the old one; the file is written atomically. Each row also keeps both reports' per-episode outcomes
 (``outcomes``: "0"/"1" per episode in (task, init state, seed) order), so the paired McNemar test can be redone from
-the JSON alone; ``--export-dir`` saves the two models, trained parameters only, where a study keeps the few it names.
+the JSON alone, and the RL policy's action ``head`` (``gaussian`` or ``tokens``) with the ``temperature`` a sampled
+evaluation of a token head drew at (None otherwise; rows added before the token head have neither key); ``--export-dir`` saves the two models, trained parameters only, where a study keeps the few it names.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import sys
 
 from vla_gym.runtime.cli_args import script_parser
 from vla_gym.trainers.evaluation.stats import discordant_pairs, mcnemar_exact_p, wilson_interval
-from vla_gym.trainers.runtime.checkpoint import export_policy
+from vla_gym.trainers.runtime.checkpoint import export_policy, load_checkpoint
 from vla_gym.trainers.runtime.results import git_commit, render_block, repo_relative, write_results
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -141,6 +142,21 @@ def load(path: pathlib.Path = RESULTS) -> dict:
     return json.loads(path.read_text()) if path.exists() else {"rows": []}
 
 
+def sampling(report_dir: pathlib.Path) -> dict:
+    """``head`` (the policy's action head: ``gaussian`` or ``tokens``) and ``temperature`` (the token head's sampling
+    temperature in a sampled evaluation; None when greedy or Gaussian) of one report's checkpoint and settings ({}
+    for a report that does not name its checkpoint)."""
+    settings = json.loads((report_dir / "eval.json").read_text()).get("settings") or {}
+    if not settings.get("checkpoint"):
+        return {}
+    kwargs = load_checkpoint(ROOT / settings["checkpoint"]).get("policy_kwargs") or {}
+    head = kwargs.get("head", "gaussian")
+    temperature = None
+    if head == "tokens" and not settings.get("deterministic", True):
+        temperature = settings.get("temperature") or kwargs.get("temperature", 1.0)
+    return {"head": head, "temperature": temperature}
+
+
 def key(row: dict) -> tuple:
     return tuple(row.get(k, "") for k in KEY)
 
@@ -172,6 +188,7 @@ def add(args) -> dict:
         "sft": round(sft, 4), "rl": round(rl, 4), "env_steps": env_steps, "wall_minutes": minutes, "frames": seen,
         "commit": git_commit(), "sft_checkpoint": relative(sft_checkpoint), "rl_checkpoint": relative(rl_checkpoint),
         "outcomes": {"sft": outcomes(pathlib.Path(args.sft_eval)), "rl": outcomes(pathlib.Path(args.rl_eval))},
+        **sampling(pathlib.Path(args.rl_eval)),
     }
     path = pathlib.Path(args.out)
     data = load(path)
