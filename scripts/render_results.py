@@ -59,8 +59,10 @@ def main_job_row() -> tuple[str, str, str]:
     seeds = ", ".join(str(r["seed"]) for r in runs)
     minutes = [r["wall_minutes"] for r in runs]
     rates = [r["env_steps_per_s"] for r in runs]
+    episodes = next((item.split("=", 1)[1] for item in data.get("overrides", []) if item.startswith("eval.episodes=")),
+                    "20")  # the config's closing evaluation, unless the runs overrode it
     return ("PPO, ManiSkill PushCube from state (the main job), 2 processes",
-            f"final success {successes} on seeds {seeds}; {span(minutes, '.1f')} min each at "
+            f"final success ({episodes} episodes) {successes} on seeds {seeds}; {span(minutes, '.1f')} min each at "
             f"{span(rates, '.0f')} env steps/s",
             "[main_job_seeds](experiments/main_job_seeds/README.md)")
 
