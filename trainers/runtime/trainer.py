@@ -23,9 +23,10 @@ owns the run directory, resume and logger. Checkpoints have one format
 """
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -227,15 +228,12 @@ class Trainer:
         self.evaluator.close()
 
 
-class _eval_mode:
+@contextlib.contextmanager
+def _eval_mode(policy: torch.nn.Module) -> Iterator[None]:
     """``with _eval_mode(policy):`` the policy in eval mode, then back in the mode it was in."""
-
-    def __init__(self, policy: torch.nn.Module):
-        self.policy = policy
-
-    def __enter__(self):
-        self.was_training = self.policy.training
-        self.policy.eval()
-
-    def __exit__(self, *exc):
-        self.policy.train(self.was_training)
+    was_training = policy.training
+    policy.eval()
+    try:
+        yield
+    finally:
+        policy.train(was_training)
