@@ -137,113 +137,15 @@ class EpisodeRunner:
         unless a ``recorder`` or ``on_step`` watches the steps; module docstring). ``skip``: indices of specs not to
         play (played before: a resumed evaluation); the others keep their index and sampling generator.
         ``on_result``: called with each result as its episode ends."""
-        skipped = set(skip)
-        todo = [k for k in range(len(specs)) if k not in skipped]
+        todo = [k for k in range(len(specs)) if k not in set(skip)]
         if not todo:  # e.g. a rank whose share of too few evaluation episodes is none
             return []
         if replay_faults is None:
             replay_faults = recorder is None and on_step is None
-        replays = collections.Counter()  # spec index -> plays cut by a fault so far
-        act_kwargs = dict(act_kwargs or {})
-        n = self.num_envs
-        queue = TaskAffinityQueue(specs, todo)
-        job = np.full(n, -1)
-        counter = EpisodeCounter(n, self.mode)
-        frames: dict[int, list[np.ndarray]] = {}
-        results: dict[int, EpisodeResult] = {}
-        instructions: dict[int, str | None] = {}  # what each episode's policy read, for the report
-        record_video = video_dir is not None and video_episodes > 0
-
-        def assign(envs_free: Sequence[int], first: bool, obs_np: Any) -> Any:
-            chosen = {}
-            # envs whose loaded task has queued episodes choose first, so that the others do not take them
-            for i in sorted(envs_free, key=lambda i: not queue.has(self.loaded_tasks[i])):
-                if queue:
-                    job[i] = queue.take(self.loaded_tasks[i])
-                    chosen[i] = specs[job[i]]
-            if first:  # every env needs a first reset, idle ones included: on a task they have (no rebuild)
-                for i in range(n):
-                    if i not in chosen:
-                        task = self.loaded_tasks[i] if self.loaded_tasks[i] is not None else specs[todo[0]].task_id
-                        chosen[i] = EpisodeSpec(task_id=task)
-            if not chosen:
-                return obs_np
-            obs_np = self._reset(chosen, first, obs_np)
-            counter.restart(chosen)
-            for i in chosen:
-                if job[i] >= 0:
-                    instructions[int(job[i])] = _instruction(_row(obs_np, i))
-            for i in chosen:
-                if record_video and 0 <= job[i] < video_episodes:
-                    frames[job[i]] = [self._frame(_row(obs_np, i), i, 0, 0.0, 0.0, False)]
-            return obs_np
-
-        stepper = self.stepper
-        # one generator per episode (sampled runs): its actions do not depend on its env slot or batch
-        generators = None if deterministic else seeded_generators(len(specs), self.device)
-        idle = torch.Generator(device=self.device).manual_seed(0)  # envs without an episode: actions ignored
-
-        def act_and_send(stage: int, stage_obs: Any) -> None:
-            rows = stepper.rows[stage]
-            obs = to_torch(stage_obs, self.device)
-            row_gens = None if generators is None else [generators[job[i]] if job[i] >= 0 else idle for i in rows]
-            with row_generators(row_gens):
-                actions, log_probs, _ = self.policy.act(obs, deterministic=deterministic, **act_kwargs)
-            if recorder is not None:
-                recorder(obs, actions, log_probs, job[rows.start:rows.stop].copy())
-            stepper.send(stage, self.policy.env_actions(actions))
-
-        obs_np = assign(range(n), True, None)
-        for stage, stage_obs in enumerate(split(obs_np, stepper.rows)):
-            act_and_send(stage, stage_obs)
-        while True:
-            held = []  # stages with an episode end: they step again after this vector step's resets
-            for stage in range(stepper.num_stages):
-                stage_obs = stepper.wait(stage)
-                rows = stepper.rows[stage]
-                if (stepper.dones(stage) & (job[rows.start:rows.stop] >= 0)).any():
-                    held.append(stage)
-                else:  # infer for this stage while the next ones still step
-                    act_and_send(stage, stage_obs)
-            obs_np, rewards, terminated, truncated, infos = stepper.results()
-            if record_video:
-                stepper.drain()  # videos may call render() on the envs: no step in flight
-            ended = {episode.env_index: episode for episode in counter.step(rewards, terminated, truncated, infos,
-                                                                             active=job >= 0)}
-            if on_step is not None:
-                on_step(job.copy(), counter.chunk_steps.copy())
-            freed = []
-            for i in np.flatnonzero(job >= 0):
-                if job[i] in frames:
-                    final = i in ended and self.mode == AutoresetMode.SAME_STEP
-                    last = infos[episodes.FINAL_OBS][i] if final else _row(obs_np, i)
-                    frames[job[i]].append(self._frame(last, i, int(counter.lengths[i]), float(rewards[i]),
-                                                      float(counter.returns[i]), bool(counter.success[i])))
-                if i in ended:
-                    k = int(job[i])
-                    queue.done(specs[k].task_id)
-                    if ended[i].env_failure is not None and replay_faults and replays[k] < MAX_FAULT_REPLAYS:
-                        replays[k] += 1  # cut by a failed worker, not by the policy: play it again
-                        frames.pop(k, None)
-                        instructions.pop(k, None)
-                        queue.put_back(k, specs[k].task_id)
-                        self.loaded_tasks[i] = None  # a new worker: the task it has loaded is unknown
-                    else:
-                        results[k] = self._result(ended[i], k, specs[k], frames.pop(k, None), video_dir, video_prefix,
-                                                  instructions.pop(k), replays[k])
-                        if on_result is not None:
-                            on_result(results[k])
-                    job[i] = -1
-                    freed.append(i)
-            if freed and queue:
-                stepper.drain()  # a reset needs every env idle
-                obs_np = assign(freed, False, obs_np)
-            if not (job >= 0).any():
-                stepper.drain()  # steps of envs left idle: results unused
-                break
-            for stage in held:
-                act_and_send(stage, split(obs_np, [stepper.rows[stage]])[0])
-        return [results[k] for k in sorted(results)]
+        video = (video_dir, video_prefix) if video_dir is not None and video_episodes > 0 else None
+        play = _Play(self, specs, todo, deterministic, recorder, on_step, dict(act_kwargs or {}), replay_faults,
+                     video, video_episodes, on_result)
+        return play.until_done()
 
     def _result(self, episode: Episode, index: int, spec: EpisodeSpec, frames: list[np.ndarray] | None,
                 video_dir: str | os.PathLike | None, video_prefix: str, instruction: str | None = None,
@@ -267,6 +169,137 @@ class EpisodeRunner:
 
     def _fps(self) -> float:
         return float(self.envs.metadata.get("render_fps") or env_attr(self.envs, "metadata", {}).get("render_fps") or 20)
+
+
+
+class _Play:
+    """One :meth:`EpisodeRunner.run`: the queue of episodes, which env plays which (``job``), their counters, frames
+    and results. ``until_done`` steps the envs stage by stage (:mod:`~vla_gym.trainers.rollout.pipeline`) until
+    every episode has a result."""
+
+    def __init__(self, runner: EpisodeRunner, specs: Sequence[EpisodeSpec], todo: list[int], deterministic: bool,
+                 recorder: Recorder | None, on_step: StepObserver | None, act_kwargs: dict[str, Any],
+                 replay_faults: bool, video: tuple[Any, str] | None, video_episodes: int,
+                 on_result: Callable[[EpisodeResult], None] | None):
+        self.runner, self.specs, self.todo = runner, specs, todo
+        self.deterministic, self.recorder, self.on_step, self.act_kwargs = deterministic, recorder, on_step, act_kwargs
+        self.replay_faults, self.video, self.video_episodes, self.on_result = (replay_faults, video, video_episodes,
+                                                                              on_result)
+        n = runner.num_envs
+        self.stepper = runner.stepper
+        self.queue = TaskAffinityQueue(specs, todo)
+        self.job = np.full(n, -1)  # the spec index each env plays, -1: idle
+        self.counter = EpisodeCounter(n, runner.mode)
+        self.replays = collections.Counter()  # spec index -> plays cut by a fault so far
+        self.frames: dict[int, list[np.ndarray]] = {}
+        self.results: dict[int, EpisodeResult] = {}
+        self.instructions: dict[int, str | None] = {}  # what each episode's policy read, for the report
+        # one generator per episode (sampled runs): its actions do not depend on its env slot or batch
+        self.generators = None if deterministic else seeded_generators(len(specs), runner.device)
+        self.idle = torch.Generator(device=runner.device).manual_seed(0)  # envs without an episode: ignored
+
+    def until_done(self) -> list[EpisodeResult]:
+        n, stepper, job = self.runner.num_envs, self.stepper, self.job
+        obs_np = self.assign(range(n), True, None)
+        for stage, stage_obs in enumerate(split(obs_np, stepper.rows)):
+            self.act_and_send(stage, stage_obs)
+        while True:
+            held = []  # stages with an episode end: they step again after this vector step's resets
+            for stage in range(stepper.num_stages):
+                stage_obs = stepper.wait(stage)
+                rows = stepper.rows[stage]
+                if (stepper.dones(stage) & (job[rows.start:rows.stop] >= 0)).any():
+                    held.append(stage)
+                else:  # infer for this stage while the next ones still step
+                    self.act_and_send(stage, stage_obs)
+            obs_np, freed = self.account(*stepper.results())
+            if freed and self.queue:
+                stepper.drain()  # a reset needs every env idle
+                obs_np = self.assign(freed, False, obs_np)
+            if not (job >= 0).any():
+                stepper.drain()  # steps of envs left idle: results unused
+                return [self.results[k] for k in sorted(self.results)]
+            for stage in held:
+                self.act_and_send(stage, split(obs_np, [stepper.rows[stage]])[0])
+
+    def assign(self, envs_free: Sequence[int], first: bool, obs_np: Any) -> Any:
+        """Reset the free envs into the next queued episodes (every env on the first call); their observations."""
+        runner, queue, job, specs = self.runner, self.queue, self.job, self.specs
+        chosen = {}
+        # envs whose loaded task has queued episodes choose first, so that the others do not take them
+        for i in sorted(envs_free, key=lambda i: not queue.has(runner.loaded_tasks[i])):
+            if queue:
+                job[i] = queue.take(runner.loaded_tasks[i])
+                chosen[i] = specs[job[i]]
+        if first:  # every env needs a first reset, idle ones included: on a task they have (no rebuild)
+            for i in range(runner.num_envs):
+                if i not in chosen:
+                    loaded = runner.loaded_tasks[i]
+                    chosen[i] = EpisodeSpec(task_id=loaded if loaded is not None else specs[self.todo[0]].task_id)
+        if not chosen:
+            return obs_np
+        obs_np = runner._reset(chosen, first, obs_np)
+        self.counter.restart(chosen)
+        for i in chosen:
+            if job[i] >= 0:
+                self.instructions[int(job[i])] = _instruction(_row(obs_np, i))
+            if self.video is not None and 0 <= job[i] < self.video_episodes:
+                self.frames[job[i]] = [runner._frame(_row(obs_np, i), i, 0, 0.0, 0.0, False)]
+        return obs_np
+
+    def act_and_send(self, stage: int, stage_obs: Any) -> None:
+        """The policy's actions for one stage's envs (each episode sampling from its own generator), sent."""
+        rows, policy, job = self.stepper.rows[stage], self.runner.policy, self.job
+        obs = to_torch(stage_obs, self.runner.device)
+        row_gens = None if self.generators is None else [
+            self.generators[job[i]] if job[i] >= 0 else self.idle for i in rows]
+        with row_generators(row_gens):
+            actions, log_probs, _ = policy.act(obs, deterministic=self.deterministic, **self.act_kwargs)
+        if self.recorder is not None:
+            self.recorder(obs, actions, log_probs, job[rows.start:rows.stop].copy())
+        self.stepper.send(stage, policy.env_actions(actions))
+
+    def account(self, obs_np: Any, rewards, terminated, truncated, infos) -> tuple[Any, list[int]]:
+        """Count one vector step: video frames, ended episodes (results, or queued again when a failed worker cut
+        them). Returns the observations and the envs freed."""
+        job, counter = self.job, self.counter
+        if self.video is not None:
+            self.stepper.drain()  # videos may call render() on the envs: no step in flight
+        ended = {episode.env_index: episode
+                 for episode in counter.step(rewards, terminated, truncated, infos, active=job >= 0)}
+        if self.on_step is not None:
+            self.on_step(job.copy(), counter.chunk_steps.copy())
+        freed = []
+        for i in np.flatnonzero(job >= 0):
+            if job[i] in self.frames:
+                final = i in ended and self.runner.mode == AutoresetMode.SAME_STEP
+                last = infos[episodes.FINAL_OBS][i] if final else _row(obs_np, i)
+                self.frames[job[i]].append(self.runner._frame(
+                    last, i, int(counter.lengths[i]), float(rewards[i]), float(counter.returns[i]),
+                    bool(counter.success[i])))
+            if i in ended:
+                self.end(i, ended[i])
+                freed.append(i)
+        return obs_np, freed
+
+    def end(self, i: int, episode: Episode) -> None:
+        """Env ``i``'s episode ended: keep its result, or queue it again when a failed env worker cut it."""
+        k = int(self.job[i])
+        spec = self.specs[k]
+        self.queue.done(spec.task_id)
+        if episode.env_failure is not None and self.replay_faults and self.replays[k] < MAX_FAULT_REPLAYS:
+            self.replays[k] += 1  # cut by a failed worker, not by the policy: play it again
+            self.frames.pop(k, None)
+            self.instructions.pop(k, None)
+            self.queue.put_back(k, spec.task_id)
+            self.runner.loaded_tasks[i] = None  # a new worker: the task it has loaded is unknown
+        else:
+            video_dir, video_prefix = self.video if self.video is not None else (None, "")
+            self.results[k] = self.runner._result(episode, k, spec, self.frames.pop(k, None), video_dir,
+                                                  video_prefix, self.instructions.pop(k), self.replays[k])
+            if self.on_result is not None:
+                self.on_result(self.results[k])
+        self.job[i] = -1
 
 
 def _instruction(one: Any) -> str | None:
