@@ -7,6 +7,7 @@ The run that is killed is a process of its own (the command as the user runs it)
 ``trainers.eval.main`` calls in this process: what they share with it is the log on disk, not an interpreter."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -93,6 +94,14 @@ def test_repeats_play_each_start_again_with_other_noise(checkpoint, tmp_path, ca
     played = outcomes(out)
     assert [seed for seed, _, _ in played] == [0, 0, 0, 1, 1, 1] and report["settings"]["repeats"] == 3
     assert len({ret for _, _, ret in played[:3]}) == 3  # one start, three draws of the noise
+    # the LIBERO study's count of GRPO groups with a signal reads such a report: two groups of three
+    spec = importlib.util.spec_from_file_location("group_signal", ROOT / "experiments/libero_miniature/group_signal.py")
+    group_signal = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(group_signal)
+    assert group_signal.main([str(out), "--json"]) == 0
+    fractions = json.loads(capsys.readouterr().out)
+    assert (fractions["groups"], fractions["group_size"]) == (2, 3)
+    assert fractions["mixed"] + fractions["all_success"] + fractions["all_fail"] == 1.0
 
 
 def test_a_plan_without_repeats_is_the_plan_logged_before_repeats_existed(checkpoint):
