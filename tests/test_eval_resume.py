@@ -98,10 +98,13 @@ def test_repeats_play_each_start_again_with_other_noise(checkpoint, tmp_path, ca
     spec = importlib.util.spec_from_file_location("group_signal", ROOT / "experiments/libero_miniature/group_signal.py")
     group_signal = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(group_signal)
-    assert group_signal.main([str(out), "--json"]) == 0
-    fractions = json.loads(capsys.readouterr().out)
+    results = tmp_path / "results_signal.json"
+    for _ in range(2):  # the same evaluation recorded twice: one row
+        assert group_signal.main([str(out), "--json", "--out", str(results)]) == 0
+    fractions = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert (fractions["groups"], fractions["group_size"]) == (2, 3)
     assert fractions["mixed"] + fractions["all_success"] + fractions["all_fail"] == 1.0
+    assert json.loads(results.read_text())["rows"] == [fractions]
 
 
 def test_a_plan_without_repeats_is_the_plan_logged_before_repeats_existed(checkpoint):

@@ -60,7 +60,8 @@ def test_the_head_sets_a_temperature_and_refuses_a_std():
     head = TokenHead(8, (7,), temperature=1.6)
     features = torch.randn(2, 8)
     assert head(features).logits.shape == (2, 7, 256)
-    torch.testing.assert_close(head(features).logits, (head.mean(features).view(2, 7, 256) / 1.6).log_softmax(-1))
+    logits = head.bins(head.mean(features).view(2, 7, head.token_dim))  # per token its features, one shared layer
+    torch.testing.assert_close(head(features).logits, (logits / 1.6).log_softmax(-1))
     head.set_exploration(temperature=1.0)
     assert head.temperature == 1.0
     with pytest.raises(ValueError, match="temperature"):

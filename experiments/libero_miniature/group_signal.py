@@ -1,9 +1,11 @@
 """How many GRPO groups would carry a signal: the mixed fraction of an evaluation played with ``--repeats G``.
 
-    python trainers/eval.py --checkpoint <model> --init-states 0,10,20,30 --stochastic --temperature 1.6 \
+    python trainers/eval.py --checkpoint <model> --init-states 20-23 --stochastic --temperature 1.6 \
         --repeats 8 --seed 0 --num-envs 2 --video-episodes 0 --out runs/signal/tokens_t16 env.vectorization=async
     python experiments/libero_miniature/group_signal.py runs/signal/tokens_t16        # prints the fractions
     python experiments/libero_miniature/group_signal.py runs/signal/tokens_t16 --json  # the same as one JSON line
+    python experiments/libero_miniature/group_signal.py runs/signal/tokens_t16 --head tokens \
+        --out experiments/libero_miniature/results_signal.json   # its row (same checkpoint and sampling: replaced)
 
 A group is the G episodes of one start (task, init state, seed): **mixed** when 0 < successes < G (GRPO's advantages are nonzero
 only there), all-success or all-fail otherwise. Issue 65's question before training: does the token head sampled at
@@ -22,6 +24,7 @@ import pathlib
 import sys
 
 from vla_gym.runtime.cli_args import script_parser
+from vla_gym.trainers.runtime.results import git_commit, write_results
 
 
 def groups(episodes: list[dict]) -> dict[tuple, list[bool]]:
@@ -48,16 +51,34 @@ def signal(by_start: dict[tuple, list[bool]]) -> dict:
             "success": sum(wins) / (count * size)}
 
 
+def row(report: dict, head: str | None) -> dict:
+    """The fractions of one report with what was played: the model, its head, how it sampled, which starts."""
+    settings = report.get("settings", {})
+    starts = sorted({(e["spec"].get("task_id"), e["spec"].get("init_state_id")) for e in report["episodes"]})
+    return {"checkpoint": settings.get("checkpoint"), "head": head, "temperature": settings.get("temperature"),
+            "std": settings.get("std"), "init_states": sorted({i for _, i in starts if i is not None}),
+            "tasks": len({t for t, _ in starts}), **signal(groups(report["episodes"])), "commit": git_commit()}
+
+
+def record(path: pathlib.Path, new: dict) -> None:
+    """Add ``new`` to the rows at ``path``, replacing a row of the same checkpoint, sampling and starts."""
+    key = ("checkpoint", "temperature", "std", "init_states", "group_size")
+    rows = json.loads(path.read_text())["rows"] if path.is_file() else []
+    rows = [r for r in rows if tuple(r.get(k) for k in key) != tuple(new.get(k) for k in key)] + [new]
+    write_results(path, {"rows": rows})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = script_parser(__doc__)
     parser.add_argument("report", help="an evaluation's folder (its eval.json) or the eval.json itself")
     parser.add_argument("--json", action="store_true", help="print the fractions as one JSON line")
+    parser.add_argument("--head", choices=("tokens", "gaussian"), help="the model's action head, for the row")
+    parser.add_argument("--out", help="a results JSON to add the row to")
     args = parser.parse_args(argv)
     path = pathlib.Path(args.report)
-    report = json.loads((path / "eval.json" if path.is_dir() else path).read_text())
-    result = signal(groups(report["episodes"]))
-    settings = report.get("settings", {})
-    result["temperature"], result["std"] = settings.get("temperature"), settings.get("std")
+    result = row(json.loads((path / "eval.json" if path.is_dir() else path).read_text()), args.head)
+    if args.out:
+        record(pathlib.Path(args.out), result)
     if args.json:
         print(json.dumps(result))
     else:

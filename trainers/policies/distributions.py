@@ -203,21 +203,33 @@ class BinnedCategorical:
 class TokenHead(nn.Module):
     """Features -> per action dimension a categorical over ``n_bins`` bins (:class:`BinnedCategorical`): action
     tokens, as the anchors' VLAs emit them. Rollouts sample at ``temperature`` (SimpleVLA-RL and RLinf: 1.6); the
-    mode (greedy) is the most likely bin's centre whatever the temperature."""
+    mode (greedy) is the most likely bin's centre whatever the temperature.
+
+    As in a VLA, where every action token's hidden state goes through the one language-model head, each token (chunk
+    step x action dimension) gets its own ``token_dim`` features (``mean``, named like GaussianHead's output layer)
+    and one layer shared by all tokens turns them into bin logits (``bins``): 0.9M parameters for 8 x 7 tokens from
+    256 features instead of 3.7M for a separate output per token and bin.
+
+        >>> head = TokenHead(in_dim=256, shape=(8, 7), temperature=1.6)
+        >>> head(torch.zeros(2, 256)).logits.shape
+        torch.Size([2, 8, 7, 256])
+    """
 
     noise = "step"
 
     def __init__(self, in_dim: int, shape: tuple[int, ...], n_bins: int = 256, temperature: float = 1.0,
-                 low: float = -1.0, high: float = 1.0):
+                 low: float = -1.0, high: float = 1.0, token_dim: int = 64):
         super().__init__()
         self.shape, self.n_bins, self.low, self.high = tuple(shape), int(n_bins), float(low), float(high)
         if self.n_bins < 2:
             raise ValueError(f"n_bins must be at least 2, got {n_bins}")
         self.temperature = check_temperature(temperature)
-        self.mean = nn.Linear(in_dim, math.prod(self.shape) * self.n_bins)  # named like GaussianHead's output layer
+        self.token_dim = int(token_dim)
+        self.mean = nn.Linear(in_dim, math.prod(self.shape) * self.token_dim)  # each token's features
+        self.bins = nn.Linear(self.token_dim, self.n_bins)  # shared by every token, as a VLA's output layer
 
     def forward(self, features: torch.Tensor, temperature: float | None = None) -> BinnedCategorical:
-        logits = self.mean(features).view(-1, *self.shape, self.n_bins)
+        logits = self.bins(self.mean(features).view(-1, *self.shape, self.token_dim))
         return BinnedCategorical(logits, self.temperature if temperature is None else temperature, self.low,
                                  self.high)
 
