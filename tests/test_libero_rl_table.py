@@ -151,6 +151,16 @@ def test_the_readme_shows_the_results_json_table():
     assert "differs" not in result.stderr
 
 
+def test_the_readme_shows_the_signal_json_table():
+    """The study's README holds the mixed-group table that `group_signal.py --readme` renders from
+    results_signal.json, and every row's model is in the repository."""
+    result = subprocess.run([sys.executable, str(STUDY / "group_signal.py"), "--readme", "--check"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, "run: python experiments/libero_miniature/group_signal.py --readme"
+    rows = json.loads((STUDY / "results_signal.json").read_text())["rows"]
+    assert all((ROOT / row["checkpoint"]).is_file() for row in rows)
+
+
 def test_a_row_records_the_action_head_and_the_sampling_temperature(tmp_path):
     """``head`` from the evaluated checkpoint's policy kwargs, ``temperature`` from the report's settings (or the
     checkpoint's own when the evaluation did not set one), for a sampled evaluation of a token head only."""

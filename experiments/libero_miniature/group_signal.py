@@ -6,6 +6,7 @@
     python experiments/libero_miniature/group_signal.py runs/signal/tokens_t16 --json  # the same as one JSON line
     python experiments/libero_miniature/group_signal.py runs/signal/tokens_t16 --head tokens \
         --out experiments/libero_miniature/results_signal.json   # its row (same checkpoint and sampling: replaced)
+    python experiments/libero_miniature/group_signal.py --readme [--check]   # results_signal.json -> README.md's table
 
 A group is the G episodes of one start (task, init state, seed): **mixed** when 0 < successes < G (GRPO's advantages are nonzero
 only there), all-success or all-fail otherwise. Issue 65's question before training: does the token head sampled at
@@ -24,7 +25,10 @@ import pathlib
 import sys
 
 from vla_gym.runtime.cli_args import script_parser
-from vla_gym.trainers.runtime.results import git_commit, write_results
+from vla_gym.trainers.runtime.results import git_commit, render_block, write_results
+
+HERE = pathlib.Path(__file__).resolve().parent
+RESULTS = HERE / "results_signal.json"
 
 
 def groups(episodes: list[dict]) -> dict[tuple, list[bool]]:
@@ -68,13 +72,39 @@ def record(path: pathlib.Path, new: dict) -> None:
     write_results(path, {"rows": rows})
 
 
+def table(rows: list[dict]) -> str:
+    """The rows as README.md's table (block ``signal``).
+
+        >>> table([{"checkpoint": "m.pt", "head": "tokens", "temperature": 1.6, "std": None, "init_states": [20, 21],
+        ...         "tasks": 10, "groups": 20, "group_size": 8, "mixed": 0.875, "all_success": 0.0, "all_fail": 0.125,
+        ...         "success": 0.31875, "commit": "69f2d71"}]).splitlines()[2]
+        '| tokens | temperature 1.6 | 20 x 8 (init states 20-21, 10 tasks) | 31.9 % | **87.5 %** | 0.0 % | 12.5 % | m.pt | 69f2d71 |'
+    """
+    lines = ["| head | sampled at | groups x G (starts) | episode success | mixed groups | all success | all fail | "
+             "model | commit |", "|---|---|---|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        how = f"temperature {r['temperature']}" if r.get("temperature") is not None else f"std {r['std']}"
+        starts = f"init states {min(r['init_states'])}-{max(r['init_states'])}, {r['tasks']} tasks"
+        lines.append(f"| {r['head']} | {how} | {r['groups']} x {r['group_size']} ({starts}) | {r['success']:.1%} | "
+                     f"**{r['mixed']:.1%}** | {r['all_success']:.1%} | {r['all_fail']:.1%} | "
+                     f"{pathlib.Path(r['checkpoint']).name} | {r['commit']} |".replace("%", " %"))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = script_parser(__doc__)
-    parser.add_argument("report", help="an evaluation's folder (its eval.json) or the eval.json itself")
+    parser.add_argument("report", nargs="?", help="an evaluation's folder (its eval.json) or the eval.json itself")
+    parser.add_argument("--readme", action="store_true", help="render results_signal.json into README.md")
+    parser.add_argument("--check", action="store_true", help="with --readme: only compare (exit 1 when it differs)")
     parser.add_argument("--json", action="store_true", help="print the fractions as one JSON line")
     parser.add_argument("--head", choices=("tokens", "gaussian"), help="the model's action head, for the row")
     parser.add_argument("--out", help="a results JSON to add the row to")
     args = parser.parse_args(argv)
+    if args.readme:
+        same = render_block(HERE / "README.md", "signal", table(json.loads(RESULTS.read_text())["rows"]), args.check)
+        return 0 if same or not args.check else 1
+    if args.report is None:
+        parser.error("give an evaluation's folder, or --readme")
     path = pathlib.Path(args.report)
     result = row(json.loads((path / "eval.json" if path.is_dir() else path).read_text()), args.head)
     if args.out:
