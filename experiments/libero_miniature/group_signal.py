@@ -24,7 +24,10 @@ import json
 import pathlib
 import sys
 
+import torch
+
 from vla_gym.runtime.cli_args import script_parser
+from vla_gym.trainers.algorithms.group_sampling import group_outcomes
 from vla_gym.trainers.runtime.results import git_commit, render_block, write_results
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -46,13 +49,14 @@ def signal(by_start: dict[tuple, list[bool]]) -> dict:
     if len(sizes) != 1 or min(sizes) < 2:
         raise ValueError(f"groups of {sorted(sizes)} episodes: play every start the same number of times, at least "
                          "twice (trainers/eval.py --stochastic --repeats G)")
-    wins = [sum(outcomes) for outcomes in by_start.values()]
-    size, count = sizes.pop(), len(wins)
+    size, count = sizes.pop(), len(by_start)
+    scores = torch.tensor([float(won) for outcomes in by_start.values() for won in outcomes])
+    outcome = group_outcomes(scores, size, success=True)  # GRPO's own rule for which groups carry a signal
     return {"groups": count, "group_size": size,
-            "mixed": sum(0 < w < size for w in wins) / count,
-            "all_success": sum(w == size for w in wins) / count,
-            "all_fail": sum(w == 0 for w in wins) / count,
-            "success": sum(wins) / (count * size)}
+            "mixed": outcome.mixed.float().mean().item(),
+            "all_success": outcome.all_success.float().mean().item(),
+            "all_fail": outcome.all_fail.float().mean().item(),
+            "success": scores.mean().item()}
 
 
 def row(report: dict, head: str | None) -> dict:
