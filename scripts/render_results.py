@@ -14,6 +14,7 @@ import json
 import pathlib
 import sys
 
+import yaml
 from vla_gym.runtime.cli_args import script_parser
 from vla_gym.trainers.runtime.results import render_block
 
@@ -59,8 +60,9 @@ def main_job_row() -> tuple[str, str, str]:
     seeds = ", ".join(str(r["seed"]) for r in runs)
     minutes = [r["wall_minutes"] for r in runs]
     rates = [r["env_steps_per_s"] for r in runs]
+    config = yaml.safe_load((ROOT / "examples" / "configs" / "maniskill_pushcube_ppo.yaml").read_text())
     episodes = next((item.split("=", 1)[1] for item in data.get("overrides", []) if item.startswith("eval.episodes=")),
-                    "20")  # the config's closing evaluation, unless the runs overrode it
+                    config["eval"]["episodes"])  # the config's closing evaluation, unless the runs overrode it
     return ("PPO, ManiSkill PushCube from state (the main job), 2 processes",
             f"final success ({episodes} episodes) {successes} on seeds {seeds}; {span(minutes, '.1f')} min each at "
             f"{span(rates, '.0f')} env steps/s",

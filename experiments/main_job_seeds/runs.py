@@ -1,14 +1,14 @@
 """Run the README's main job once per seed and record each run in this study's ``results.json``.
 
-    python experiments/main_job_seeds/runs.py            # seeds 0 1 2: 17-46 minutes on 2 idle cores, by host
+    python experiments/main_job_seeds/runs.py            # seeds 10-14: about 45 minutes on 2 idle cores
     python experiments/main_job_seeds/runs.py --seeds 0 --out /tmp/main_job.json total_timesteps=1600 eval.episodes=2
     python experiments/main_job_seeds/runs.py readme [--check]   # results.json's table into README.md (or compare)
 
 Each run is the README's command as a user types it (``torchrun --nproc_per_node=2 trainers/ppo.py --config
 examples/configs/maniskill_pushcube_ppo.yaml``) plus ``seed=S`` and its own run directory; ``key=value`` arguments
-after the flags are passed on to every run. Recorded per run: ``seed``,
-``final_success`` (the run's closing evaluation: 20 deterministic episodes on new seeds), ``wall_minutes`` (the
-whole command, start-up and evaluations included), ``env_steps_per_s`` (training env steps over the training
+after the flags are passed on to every run. Recorded per run: ``seed``, ``final_success`` (the run's closing
+evaluation: the config's 50 deterministic episodes on new seeds), ``wall_minutes`` (the whole command, start-up and
+evaluations included), ``env_steps_per_s`` (training env steps over the training
 time, from the run's TensorBoard ``time/total_fps``), ``env_steps`` and ``commit``. Wall times depend on the
 machine's load: run it on an otherwise idle machine. The file is replaced when every run has finished, and when it is
 this study's ``results.json`` (the default ``--out``) the table in its README is rendered again from it.
@@ -120,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["readme"]:
         return readme(argv[1:])
     parser = script_parser(__doc__)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[10, 11, 12, 13, 14],
+                        help="training seeds (default: five the config was not tuned on)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="the JSON file to write")
     parser.add_argument("--workdir", default=None, help="run directories (default: a temporary directory)")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="passed on to every run")
