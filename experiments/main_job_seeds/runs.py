@@ -17,7 +17,7 @@ this study's ``results.json`` (the default ``--out``) the table in its README is
 evaluation episodes (``eval.episodes`` of the config, or of the recorded overrides); ``--check`` only compares
 (exit 1 when the README differs from the JSON).
 
-    >>> table({"overrides": [], "runs": [{"seed": 0, "final_success": 0.9, "wall_minutes": 5.62,
+    >>> table({"overrides": ["eval.episodes=20"], "runs": [{"seed": 0, "final_success": 0.9, "wall_minutes": 5.62,
     ...        "env_steps_per_s": 565.6, "env_steps": 180000, "commit": "a3ff6e4"}]}).splitlines()[2]
     '| 0 | **0.90** [0.70, 0.97] | 5.6 | 566 | 180,000 | a3ff6e4 |'
 """
