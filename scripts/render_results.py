@@ -14,7 +14,6 @@ import json
 import pathlib
 import sys
 
-import yaml
 from vla_gym.runtime.cli_args import script_parser
 from vla_gym.trainers.runtime.results import render_block
 
@@ -60,9 +59,7 @@ def main_job_row() -> tuple[str, str, str]:
     seeds = ", ".join(str(r["seed"]) for r in runs)
     minutes = [r["wall_minutes"] for r in runs]
     rates = [r["env_steps_per_s"] for r in runs]
-    config = yaml.safe_load((ROOT / "examples" / "configs" / "maniskill_pushcube_ppo.yaml").read_text())
-    episodes = next((item.split("=", 1)[1] for item in data.get("overrides", []) if item.startswith("eval.episodes=")),
-                    config["eval"]["episodes"])  # the config's closing evaluation, unless the runs overrode it
+    episodes = data["eval_episodes"]  # the runs' closing evaluation, as runs.py recorded it
     return ("PPO, ManiSkill PushCube from state (the main job), 2 processes",
             f"final success ({episodes} episodes) {successes} on seeds {seeds}; {span(minutes, '.1f')} min each at "
             f"{span(rates, '.0f')} env steps/s",

@@ -25,6 +25,7 @@ def test_main_job_runs_records_each_seed(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(out.read_text())
     assert data["command"].startswith("torchrun --nproc_per_node=2 trainers/ppo.py --config")
+    assert data["eval_episodes"] == 1  # the override's, which the README tables print beside the successes
     [run] = data["runs"]
     assert run["seed"] == 3 and run["env_steps"] == 8 and run["env_steps_per_s"] > 0
     assert 0.0 <= run["final_success"] <= 1.0 and run["wall_minutes"] > 0 and run["commit"]

@@ -8,10 +8,11 @@ Each run is the README's command as a user types it (``torchrun --nproc_per_node
 examples/configs/maniskill_pushcube_ppo.yaml``) plus ``seed=S`` and its own run directory; ``key=value`` arguments
 after the flags are passed on to every run. Recorded per run: ``seed``, ``final_success`` (the run's closing
 evaluation: the config's 50 deterministic episodes on new seeds), ``wall_minutes`` (the whole command, start-up and
-evaluations included), ``env_steps_per_s`` (training env steps over the training
-time, from the run's TensorBoard ``time/total_fps``), ``env_steps`` and ``commit``. Wall times depend on the
-machine's load: run it on an otherwise idle machine. The file is replaced when every run has finished, and when it is
-this study's ``results.json`` (the default ``--out``) the table in its README is rendered again from it.
+evaluations included), ``env_steps_per_s`` (training env steps over the training time, from the run's TensorBoard
+``time/total_fps``), ``env_steps`` and ``commit``; the file also records ``eval_episodes``, the closing evaluation's
+size. Wall times depend on the machine's load: run it on an otherwise idle machine. The file is replaced when every
+run has finished, and when it is this study's ``results.json`` (the default ``--out``) the table in its README is
+rendered again from it.
 
 ``readme`` renders that table alone: one line per run, the final success with its 95 % Wilson interval over the
 evaluation episodes (``eval.episodes`` of the config, or of the recorded overrides); ``--check`` only compares
@@ -87,7 +88,7 @@ def eval_episodes(overrides: list[str]) -> int:
 
 def table(data: dict) -> str:
     """The README's table: one line per recorded run, seed order."""
-    episodes = eval_episodes(data.get("overrides", []))
+    episodes = data.get("eval_episodes") or eval_episodes(data.get("overrides", []))
     lines = [f"| seed | final success ({episodes} episodes) [95 % CI] | wall minutes | env steps/s | env steps | commit |",
              "|---:|---:|---:|---:|---:|---|"]
     for run in sorted(data["runs"], key=lambda r: r["seed"]):
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = [run_seed(seed, workdir, args.overrides) for seed in args.seeds]
     out = pathlib.Path(args.out)
     data = {"command": f"torchrun --nproc_per_node=2 trainers/ppo.py --config {CONFIG} seed=S",
-            "overrides": args.overrides, "runs": rows}
+            "overrides": args.overrides, "eval_episodes": eval_episodes(args.overrides), "runs": rows}
     write_results(out, data)
     for row in rows:
         print(f"seed {row['seed']}: final success {row['final_success']:.2f}, {row['wall_minutes']:.1f} min, "
