@@ -34,6 +34,7 @@ import numpy as np
 
 from vla_gym.backends.base import Backend, TaskSpec
 from vla_gym.backends.maniskill.cameras import CAMERAS
+from vla_gym.backends.maniskill.inference import without_autograd
 from vla_gym.backends.maniskill.scene import ManiSkillScene
 from vla_gym.core import schema
 from vla_gym.core.env import VLAEnv
@@ -257,6 +258,7 @@ class ManiSkillBackend(Backend):
         return self._scene_controls
 
     # ------------------------------------------------------------------------------------ life cycle
+    @without_autograd
     def load(self, task: TaskSpec) -> None:
         maniskill_id = task.extra["maniskill_id"]
         if maniskill_id not in self._envs:
@@ -283,9 +285,11 @@ class ManiSkillBackend(Backend):
                 f"{(self.action_dim, self.state_dim)}: with obs_mode='state' use one task per env"
             )
 
+    @without_autograd
     def reset(self, init_state_id: int | None, seed: int) -> None:
         self._obs = self._env.reset(seed=seed)[0]  # ManiSkill's own episode for this seed
 
+    @without_autograd
     def step(self, action: np.ndarray) -> tuple[float, bool]:
         # astype: a fresh array (ManiSkill wraps it as a tensor without copying), flipped in place
         action = to_maniskill_action(action.astype(np.float32), self.flip_gripper)
@@ -300,11 +304,13 @@ class ManiSkillBackend(Backend):
         self._env = self._obs = None
 
     # ----------------------------------------------------------------------------------- observation
+    @without_autograd
     def state(self) -> np.ndarray:
         if self.obs_mode == "state":
             return self._obs[0].numpy().astype(np.float32)  # astype copies: never a view of ManiSkill's tensor
         return proprio_state(self._env.agent)[0].numpy()
 
+    @without_autograd
     def render(self) -> dict[str, np.ndarray]:
         if not self._sensor_uids:
             return {}

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from vla_gym.backends.maniskill.cameras import CAMERAS
+from vla_gym.backends.maniskill.inference import without_autograd
 from vla_gym.ood.perturbations import SceneControls
 
 
@@ -70,6 +71,7 @@ class ManiSkillScene(SceneControls):
             self.backend._obs = self._env.get_obs()
 
     # ----------------------------------------------------------------------------------------- vision
+    @without_autograd
     def set_lighting(self, scale: np.ndarray) -> None:
         for key, light in self._lights():
             light.color = self._default(("light",) + key, lambda: light.color) * scale
@@ -77,6 +79,7 @@ class ManiSkillScene(SceneControls):
             system = sub_scene.render_system
             system.ambient_light = self._default(("ambient", index), lambda: system.ambient_light) * scale
 
+    @without_autograd
     def set_background_color(self, rgb: np.ndarray, mix: float) -> None:
         for key, material in self._background_materials():
             texture = material.base_color_texture
@@ -91,6 +94,7 @@ class ManiSkillScene(SceneControls):
                 color[:3] = default[:3] * (1 - mix) + rgb * mix
                 material.base_color = [float(v) for v in color]
 
+    @without_autograd
     def shift_camera(self, role: str, offset: np.ndarray) -> None:
         import sapien
 
@@ -101,6 +105,7 @@ class ManiSkillScene(SceneControls):
         camera.set_local_pose(sapien.Pose((pose[:3] + offset).astype(np.float32), pose[3:]))
 
     # -------------------------------------------------------------------------------------- execution
+    @without_autograd
     def offset_robot_joints(self, offsets: np.ndarray) -> None:
         import torch
 
@@ -114,6 +119,7 @@ class ManiSkillScene(SceneControls):
     def movable_objects(self) -> list[str]:
         return [name for name, actor in self._env.scene.actors.items() if actor.px_body_type == "dynamic"]
 
+    @without_autograd
     def offset_objects(self, offsets: Mapping[str, Sequence[float]]) -> None:
         import sapien
 
