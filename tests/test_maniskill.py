@@ -236,6 +236,23 @@ def test_state_only_renders_nothing(state_env, monkeypatch):
     assert state_env.metadata["render_modes"] == []
 
 
+def test_maniskill_steps_without_autograd_and_its_tensors_stay_usable(state_env, monkeypatch):
+    """The backend calls ManiSkill under torch.inference_mode (its batch-1 torch pose algebra is cheaper there);
+    the caller's grad mode is untouched, and perturbing the scene between steps (in-place changes to ManiSkill's
+    tensors) still works."""
+    import torch
+
+    backend = state_env.unwrapped.backend
+    state_env.reset(seed=0)
+    modes, step = [], backend._env.step
+    monkeypatch.setattr(backend._env, "step", lambda action: modes.append(torch.is_inference_mode_enabled()) or step(action))
+    state_env.step(np.zeros(7))
+    assert modes == [True] and not torch.is_inference_mode_enabled() and torch.is_grad_enabled()
+    backend.scene_controls().offset_robot_joints(np.full(7, 0.01))
+    obs, *_ = state_env.step(np.zeros(7))
+    assert modes == [True, True] and np.isfinite(obs["state"]).all()
+
+
 @needs_zero_cameras
 def test_check_env_passes_state_only(state_env):
     from gymnasium.utils.env_checker import check_env
