@@ -245,7 +245,8 @@ def test_maniskill_steps_without_autograd_and_its_tensors_stay_usable(state_env,
     backend = state_env.unwrapped.backend
     state_env.reset(seed=0)
     modes, step = [], backend._env.step
-    monkeypatch.setattr(backend._env, "step", lambda action: modes.append(torch.is_inference_mode_enabled()) or step(action))
+    monkeypatch.setattr(backend._env, "step",
+                        lambda action: modes.append(torch.is_inference_mode_enabled()) or step(action))
     state_env.step(np.zeros(7))
     assert modes == [True] and not torch.is_inference_mode_enabled() and torch.is_grad_enabled()
     backend.scene_controls().offset_robot_joints(np.full(7, 0.01))
