@@ -6,9 +6,9 @@
     python benchmarks/bench_ppo_maniskill.py --plot docs/figures/ppo_maniskill_pushcube.png --json pushcube.json
 
 vla_gym: ``torchrun --nproc_per_node=2 trainers/ppo.py --config examples/configs/maniskill_pushcube_ppo.yaml``
-(its 150k env steps, the learning rate decaying linearly to 0) with a wall-clock limit (``time_limit_s``),
+(its env steps and learning-rate schedule) with a wall-clock limit (``time_limit_s``),
 evaluating 20 deterministic episodes (new seeds) every 13 updates (10.4k env steps) and at the end. Stable-Baselines3 (run afterwards, alone, for the same wall-clock budget): PPO MlpPolicy 3x256,
-gamma 0.8, GAE lambda 0.9, otherwise SB3's defaults, in 2 subprocess envs (``SubprocVecEnv``) over the same
+the config's gamma and GAE lambda, otherwise SB3's defaults, in 2 subprocess envs (``SubprocVecEnv``) over the same
 env through vla_gym's ``SB3Compat`` wrapper; its success is that of its training episodes (as in the issue's
 reference figure, 0.80 after 28 minutes), plus 20 deterministic evaluation episodes at the end.
 
@@ -30,6 +30,7 @@ import tempfile
 import time
 
 import numpy as np
+import yaml
 
 from vla_gym.runtime.cli_args import script_parser
 from vla_gym.trainers.evaluation.stats import rate_with_interval, success_counts
@@ -108,7 +109,8 @@ def run_sb3(minutes: float) -> dict:
             return time.perf_counter() - self.start < minutes * 60
 
     envs = SubprocVecEnv([make_sb3_env, make_sb3_env])
-    model = PPO("MlpPolicy", envs, gamma=0.8, gae_lambda=0.9, policy_kwargs={"net_arch": [256, 256, 256]},
+    ppo_config = yaml.safe_load((ROOT / CONFIG).read_text())["ppo"]
+    model = PPO("MlpPolicy", envs, gamma=ppo_config["gamma"], gae_lambda=ppo_config["gae_lambda"], policy_kwargs={"net_arch": [256, 256, 256]},
                 device="cpu", seed=0, verbose=0)
     start = time.perf_counter()
     model.learn(10_000_000, callback=Track())
