@@ -110,8 +110,8 @@ def run_sb3(minutes: float) -> dict:
 
     envs = SubprocVecEnv([make_sb3_env, make_sb3_env])
     ppo_config = yaml.safe_load((ROOT / CONFIG).read_text())["ppo"]
-    model = PPO("MlpPolicy", envs, gamma=ppo_config["gamma"], gae_lambda=ppo_config["gae_lambda"], policy_kwargs={"net_arch": [256, 256, 256]},
-                device="cpu", seed=0, verbose=0)
+    model = PPO("MlpPolicy", envs, gamma=ppo_config["gamma"], gae_lambda=ppo_config["gae_lambda"],
+                policy_kwargs={"net_arch": [256, 256, 256]}, device="cpu", seed=0, verbose=0)
     start = time.perf_counter()
     model.learn(10_000_000, callback=Track())
     seconds = time.perf_counter() - start
