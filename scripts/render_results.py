@@ -15,7 +15,7 @@ import pathlib
 import sys
 
 from vla_gym.runtime.cli_args import script_parser
-from vla_gym.trainers.evaluation.stats import discordant_pairs, mcnemar_exact_p
+from vla_gym.trainers.evaluation.stats import mcnemar_outcomes_p
 from vla_gym.trainers.runtime.results import render_block
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -67,12 +67,6 @@ def main_job_row() -> tuple[str, str, str]:
             "[main_job_seeds](experiments/main_job_seeds/README.md)")
 
 
-def mcnemar(row: dict) -> float:
-    """The exact McNemar p of a results row's paired SFT and RL outcomes."""
-    sft, rl = ([c == "1" for c in row["outcomes"][k]] for k in ("sft", "rl"))
-    return mcnemar_exact_p(*discordant_pairs(sft, rl))
-
-
 def libero_rows() -> list[tuple[str, str, str]]:
     rows = load(STUDIES / "libero_miniature" / "results.json")["rows"]
 
@@ -93,9 +87,10 @@ def libero_rows() -> list[tuple[str, str, str]]:
            f"Spatial s0 {change(pick('rft', 'protocol', 'spatial', 0))}, s1 {change(pick('rft', 'protocol', 'spatial', 1))}; "
            f"held out {held_out_range('rft', 'protocol')} points")
     tokens = pick("grpo", "tokens", "object", 0, split="heldout")
+    tokens_p = mcnemar_outcomes_p(tokens["outcomes"]["sft"], tokens["outcomes"]["rl"])
     others = (f"GRPO: Object s0 {change(pick('grpo', 'protocol', 'object', 0))}, s1 "
               f"{change(pick('grpo', 'protocol', 'object', 1))}; with action tokens, Object s0 held out "
-              f"{change(tokens)} (p {mcnemar(tokens):.2f}); residual RL: Object s0 "
+              f"{change(tokens)} (p {tokens_p:.2f}); residual RL: Object s0 "
               f"{change(pick('residual', '', 'object', 0))}, s1 {change(pick('residual', '', 'object', 1))}")
     return [("LIBERO in miniature: 3 demos per task -> SFT -> one RFT round, 400 training starts, greedy", rft, link),
             ("the same protocol, GRPO and residual RL, greedy", others, link)]

@@ -24,7 +24,7 @@ import pathlib
 import sys
 
 from vla_gym.runtime.cli_args import script_parser
-from vla_gym.trainers.evaluation.stats import discordant_pairs, mcnemar_exact_p, wilson_interval
+from vla_gym.trainers.evaluation.stats import mcnemar_outcomes_p, wilson_interval
 from vla_gym.trainers.runtime.checkpoint import export_policy, load_checkpoint
 from vla_gym.trainers.runtime.results import git_commit, render_block, repo_relative, write_results
 
@@ -57,8 +57,7 @@ def mcnemar_p(row: dict) -> float | None:
     """
     if "outcomes" not in row:
         return None
-    sft, rl = ([c == "1" for c in row["outcomes"][k]] for k in ("sft", "rl"))
-    return mcnemar_exact_p(*discordant_pairs(sft, rl))
+    return mcnemar_outcomes_p(row["outcomes"]["sft"], row["outcomes"]["rl"])
 
 
 def frames(directory: pathlib.Path) -> str:

@@ -128,6 +128,16 @@ def mcnemar_exact_p(a_only: int, b_only: int) -> float:
     return min(1.0, 2 * tail / 2**n)  # exact integers: no underflow for large n
 
 
+def mcnemar_outcomes_p(a: str, b: str) -> float:
+    """Exact McNemar p of two paired outcome strings ("0"/"1" per episode, in the same episode order), as the
+    results JSONs store them (``outcomes: {"sft": ..., "rl": ...}``).
+
+    >>> mcnemar_outcomes_p("0011", "1111")
+    0.5
+    """
+    return mcnemar_exact_p(*discordant_pairs([c == "1" for c in a], [c == "1" for c in b]))
+
+
 def rank_auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
     """Area under the ROC curve of ``scores`` for ``labels`` (Mann-Whitney: the chance a random positive scores above a
     random negative, ties counting half); None without both classes. 0.5: the scores do not tell them apart.
