@@ -31,6 +31,13 @@ def test_main_job_runs_records_each_seed(tmp_path):
     assert 0.0 <= run["final_success"] <= 1.0 and run["wall_minutes"] > 0 and run["commit"]
     assert (tmp_path / "main_job_seed3" / "eval" / "eval.json").is_file()
 
+    # the study's analysis of that run: its evaluation split by the cube's start (experiments/main_job_seeds/starts.py)
+    split = subprocess.run([sys.executable, "experiments/main_job_seeds/starts.py", str(tmp_path / "main_job_seed3"),
+                            "--json", str(tmp_path / "starts.json")], cwd=ROOT, capture_output=True, text=True,
+                           timeout=300)
+    assert split.returncode == 0, split.stderr[-3000:]
+    [row] = json.loads((tmp_path / "starts.json").read_text())
+    assert row["behind"][1] + row["rest"][1] == 1 and f"behind {row['behind'][0]}/{row['behind'][1]}" in split.stdout
 
 
 @pytest.mark.quick
