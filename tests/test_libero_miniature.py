@@ -45,8 +45,9 @@ def test_figures_from_eval_dirs_and_a_grpo_log(tmp_path):
     before = eval_dir(tmp_path / "eval_sft", [True, False, False, False, False, True, False], frames=4)
     after = eval_dir(tmp_path / "eval_grpo", [True, True, False, True, False, True, True], frames=3)
     writer = SummaryWriter(str(tmp_path / "grpo" / "tensorboard"))
-    for update, success in enumerate([0.2, 0.4, 0.5]):
+    for update, (success, elapsed) in enumerate([(0.2, 60), (0.4, 120), (0.5, 30)]):  # resumed before update 3
         writer.add_scalar("env/success_once", success, (update + 1) * 1000)
+        writer.add_scalar("time/elapsed_s", elapsed, (update + 1) * 1000)
     writer.close()
     out = tmp_path / "figures" / "mini"
     result = subprocess.run([sys.executable, "experiments/libero_miniature/figures.py", "--grpo",
@@ -57,7 +58,7 @@ def test_figures_from_eval_dirs_and_a_grpo_log(tmp_path):
     assert "SFT 0.286 -> GRPO 0.714" in result.stdout
     assert (tmp_path / "figures" / "mini_curve.png").stat().st_size > 0
     table = (tmp_path / "figures" / "mini_curve.md").read_text()
-    assert "| 3 | 3000 | 0.500 |" in table
+    assert "| 3 | 3000 | 2.5 | 0.500 |" in table  # wall minutes: the resumed part's 30 s after the first's 120 s
     green, red = (40, 170, 60), (200, 40, 40)
     for name, frames, task_1 in (("sft", 4 + 6, red), ("grpo", 3 + 6, green)):
         gif = Image.open(tmp_path / "figures" / f"mini_{name}_grid.gif")
