@@ -150,7 +150,7 @@ def plot_curve(curve: list[dict], before: dict, after: dict, path: pathlib.Path,
     ax.set_xlabel("RL environment steps")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

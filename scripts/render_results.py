@@ -86,14 +86,18 @@ def libero_rows() -> list[tuple[str, str, str]]:
     rft = (f"Object s0 {change(pick('rft', 'protocol', 'object', 0))}, s1 {change(pick('rft', 'protocol', 'object', 1))}; "
            f"Spatial s0 {change(pick('rft', 'protocol', 'spatial', 0))}, s1 {change(pick('rft', 'protocol', 'spatial', 1))}; "
            f"held out {held_out_range('rft', 'protocol')} points")
-    tokens = pick("grpo", "tokens", "object", 0, split="heldout")
-    tokens_p = mcnemar_outcomes_p(tokens["outcomes"]["sft"], tokens["outcomes"]["rl"])
+    def tokens(split: str) -> str:
+        row = pick("grpo", "tokens", "object", 0, split=split)
+        p = mcnemar_outcomes_p(row["outcomes"]["sft"], row["outcomes"]["rl"])
+        return f"{change(row)} (p {'< 0.001' if p < 0.001 else f'{p:.2f}'})"
+
     others = (f"GRPO: Object s0 {change(pick('grpo', 'protocol', 'object', 0))}, s1 "
-              f"{change(pick('grpo', 'protocol', 'object', 1))}; with action tokens, Object s0 held out "
-              f"{change(tokens)} (p {tokens_p:.2f}); residual RL: Object s0 "
+              f"{change(pick('grpo', 'protocol', 'object', 1))}; with action tokens, Object s0 {tokens('train')}, "
+              f"held out {tokens('heldout')}; residual RL: Object s0 "
               f"{change(pick('residual', '', 'object', 0))}, s1 {change(pick('residual', '', 'object', 1))}")
+    curve = "[token GRPO curve](experiments/libero_miniature/figures/object_s0_tokens_grpo_curve.png)"
     return [("LIBERO in miniature: 3 demos per task -> SFT -> one RFT round, 400 training starts, greedy", rft, link),
-            ("the same protocol, GRPO and residual RL, greedy", others, link)]
+            ("the same protocol, GRPO and residual RL, greedy", others, f"{link}, {curve}")]
 
 
 def metaworld_row() -> tuple[str, str, str]:
