@@ -139,3 +139,41 @@ def test_the_token_study_config_validates():
     assert (hp.group_size, hp.ratio_level, hp.clip_bounds, hp.kl_coef, hp.train_init_states) == (
         8, "dim", (0.2, 0.28), 0.0, 40)
     assert hp.min_mixed_groups == hp.groups_per_update and hp.filter_uniform_groups
+
+
+def test_ppo_with_a_warmed_up_critic_on_the_small_policys_action_tokens(envs, tmp_path):
+    """The token PPO comparison (libero_object_miniature_ppo_tokens.yaml) in miniature: the first update takes the
+    value loss alone (critic_warmup_updates): the critic's layers move, the actor's own (pi_net, the token head) do
+    not; the features both read (keypoints, the layer norm) learn from the value loss, as they do after the warm-up.
+    The next update moves the token head too, one ratio per action token."""
+    from vla_gym.trainers import PPO
+
+    torch.manual_seed(0)
+    algo = PPO(SMALL, envs, config=config(tmp_path, name="ppo_tokens"), n_steps=4, batch_size=8, n_epochs=1,
+               learning_rate=1e-3, ratio_level="dim", critic_warmup_updates=1,
+               policy_kwargs={"image_size": None, "head": "tokens", "temperature": 1.6, "critic": True})
+    before = trainable_copy(algo.policy)
+    algo.learn(8)
+    warmup = changed(before, algo.policy)
+    assert any(k.startswith("value_head.") for k in warmup)
+    assert not any(k.startswith(("pi_net.", "action_head.")) for k in warmup), warmup
+    after_warmup = trainable_copy(algo.policy)
+    algo.learn(16)
+    assert algo.num_updates == 2
+    assert any(k.startswith("action_head.") for k in changed(after_warmup, algo.policy))
+
+
+def test_the_token_ppo_study_config_validates():
+    """experiments/libero_miniature/configs/libero_object_miniature_ppo_tokens.yaml: token GRPO's policy and env,
+    a critic warmed up before the actor moves."""
+    import pathlib
+
+    from vla_gym.trainers.runtime.config import load_config
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    ppo = load_config(root / "experiments/libero_miniature/configs/libero_object_miniature_ppo_tokens.yaml")
+    grpo = load_config(root / "experiments/libero_miniature/configs/libero_object_miniature_grpo_tokens.yaml")
+    assert (ppo.policy.kwargs["head"], ppo.policy.kwargs["temperature"], ppo.policy.kwargs["critic"]) == (
+        "tokens", 1.6, True)
+    assert ppo.env.id == grpo.env.id and ppo.env.kwargs["init_states"] == "0-39"
+    assert ppo.ppo.ratio_level == "dim" and ppo.ppo.critic_warmup_updates > 0
