@@ -114,13 +114,14 @@ def overall(eval_dir: pathlib.Path) -> dict:
 
 
 def grpo_curve(run_dir: pathlib.Path) -> list[dict]:
-    """GRPO's per-update scalars from its TensorBoard log: [{"steps", "env/success_once", ...}]."""
+    """GRPO's per-update scalars from its TensorBoard log: [{"steps", "env/success_once", "env/return",
+    "time/elapsed_s"}] (the tags the log has)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
     events.Reload()
     rows: dict[int, dict] = {}
-    for tag in ("env/success_once", "env/return"):
+    for tag in ("env/success_once", "env/return", "time/elapsed_s"):
         if tag in events.Tags().get("scalars", []):
             for event in events.Scalars(tag):
                 rows.setdefault(event.step, {"steps": event.step})[tag] = event.value

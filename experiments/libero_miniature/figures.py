@@ -47,7 +47,7 @@ def rl_curve(run: pathlib.Path) -> list[dict]:
     the greedy success of each round's model on the starts it trains on (round 0: the initial policy, at 0 env
     steps), at the env steps sampled so far."""
     if not (run / "rft.json").is_file():
-        return with_wall_minutes(_sft_then_rl().grpo_curve(run), run)
+        return with_wall_minutes(_sft_then_rl().grpo_curve(run))
     curve, steps = [], 0
     for row in json.loads((run / "rft.json").read_text())["rows"]:
         steps += int(row.get("env_steps") or 0)
@@ -55,23 +55,19 @@ def rl_curve(run: pathlib.Path) -> list[dict]:
     return curve
 
 
-def with_wall_minutes(curve: list[dict], run: pathlib.Path) -> list[dict]:
-    """``curve`` with ``minutes``: the run's training wall time at each point, from its TensorBoard
-    ``time/elapsed_s``, which starts again at 0 when a killed run resumes; the parts are added up (a part's time
-    before its first logged point, if any, is not counted)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
-    events.Reload()
-    if "time/elapsed_s" not in events.Tags().get("scalars", []):
-        return curve
-    elapsed, done, last = {}, 0.0, 0.0
-    for event in sorted(events.Scalars("time/elapsed_s"), key=lambda e: e.step):
-        if event.value < last:  # a resumed part: its clock starts again
-            done += last
-        last = event.value
-        elapsed[event.step] = (done + event.value) / 60
-    return [dict(row, minutes=elapsed[row["steps"]]) if row["steps"] in elapsed else row for row in curve]
+def with_wall_minutes(curve: list[dict]) -> list[dict]:
+    """``curve`` with ``minutes``: the run's training wall time at each point, from its ``time/elapsed_s``, which
+    starts again at 0 when a killed run resumes; the parts are added up (a part's time before its first logged
+    point, if any, is not counted)."""
+    out, done, last = [], 0.0, 0.0
+    for row in curve:
+        if "time/elapsed_s" in row:
+            if row["time/elapsed_s"] < last:  # a resumed part: its clock starts again
+                done += last
+            last = row["time/elapsed_s"]
+            row = dict(row, minutes=(done + last) / 60)
+        out.append(row)
+    return out
 
 
 #: what the curve's points are, by the run's kind (the legend and the table's column)
