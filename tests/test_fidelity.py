@@ -6,7 +6,9 @@ What is compared, and against what (docs/fidelity.md lists every convention):
   ``control_mode="pd_ee_delta_pose"``, ``reward_mode="normalized_dense"``), per step: the state vector,
   the reward, success / termination and the truncation step, for PushCube, PickCube and StackCube and
   several seeds; ``reset(seed=s)`` on every path (the env, the CPU vector env's sub-env ``i`` with
-  ``s + i``, the batched env) starts ManiSkill's episode for that seed. Our speed paths run under the same
+  ``s + i``, the batched env) starts ManiSkill's episode for that seed. The raw env gets vla_gym's numpy
+  arm controller too (bit for bit then); tests/test_maniskill_fast_controller.py shows that it matches
+  ManiSkill's own controller to float rounding. Our speed paths run under the same
   check: action chunks with unrendered sub-steps, and a cached scene across task switches.
 - LIBERO: the loop of LIBERO's own evaluation (as OpenVLA's and RLinf's: ``OffScreenRenderEnv``,
   ``seed``, ``reset``, ``set_init_state(init_states[i])``, 10 no-op steps with the gripper open) on one task of
@@ -55,13 +57,18 @@ needs_libero = pytest.mark.skipif(not has("libero"), reason='LIBERO is not insta
 def raw_maniskill(name: str):
     """ManiSkill's own env, as its examples build it (gym.make adds its TimeLimit: the task's own limit).
 
-    Tasks without a dense reward (PlugCharger, StackPyramid) get ManiSkill's "none", as in vla_gym."""
+    Tasks without a dense reward (PlugCharger, StackPyramid) get ManiSkill's "none", as in vla_gym. Its arm
+    controller is vla_gym's numpy one (the same float rounding as ours; see the module docstring)."""
     import mani_skill.envs  # noqa: F401  (registers the tasks)
     from mani_skill.utils.registration import REGISTERED_ENVS
 
+    from vla_gym.backends.maniskill.fast_controller import install_fast_ee_controller
+
     dense = "normalized_dense" in REGISTERED_ENVS[f"{name}-v1"].cls.SUPPORTED_REWARD_MODES
-    return gym.make(f"{name}-v1", robot_uids="panda_wristcam", control_mode="pd_ee_delta_pose",
-                    reward_mode="normalized_dense" if dense else "none", obs_mode="state")
+    env = gym.make(f"{name}-v1", robot_uids="panda_wristcam", control_mode="pd_ee_delta_pose",
+                   reward_mode="normalized_dense" if dense else "none", obs_mode="state")
+    assert install_fast_ee_controller(env)
+    return env
 
 
 def to_raw_action(action: np.ndarray):

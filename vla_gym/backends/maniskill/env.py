@@ -12,9 +12,12 @@ How it stays fast:
   :meth:`ManiSkillBackend.render` updates the renderer and captures the cameras only when VLAEnv
   asks for an observation, so unobserved steps (inside action chunks) cost physics only;
 - one ManiSkill env is built per task and kept: switching tasks (``VLA/ManiSkillTabletop-v0``)
-  costs a rebuild once per task, a reset never rebuilds.
+  costs a rebuild once per task, a reset never rebuilds;
+- the default ``pd_ee_delta_pose`` arm controller runs its pose algebra in numpy
+  (:mod:`vla_gym.backends.maniskill.fast_controller`): a state-mode step costs less than half of raw ManiSkill's.
 
-Seeds: ``reset(seed=s)`` is ManiSkill's own ``reset(seed=s)``, step for step (tests/test_fidelity.py);
+Seeds: ``reset(seed=s)`` is ManiSkill's own ``reset(seed=s)``, step for step (tests/test_fidelity.py, with the
+numpy controller on both sides; it matches ManiSkill's own to float rounding);
 an unseeded reset passes a seed drawn from the env's generator (:func:`vla_gym.core.env.draw_episode`).
 
 Conventions: the robot is ``panda_wristcam`` (its hand camera is the ``wrist`` role, the task's
@@ -34,6 +37,7 @@ import numpy as np
 
 from vla_gym.backends.base import Backend, TaskSpec
 from vla_gym.backends.maniskill.cameras import CAMERAS
+from vla_gym.backends.maniskill.fast_controller import install_fast_ee_controller
 from vla_gym.backends.maniskill.inference import without_autograd
 from vla_gym.backends.maniskill.scene import ManiSkillScene
 from vla_gym.core import schema
@@ -109,7 +113,8 @@ def make_maniskill_env(maniskill_id: str, num_envs: int, obs_mode: str, control_
     """Build ManiSkill's own env (the unwrapped ``BaseEnv``) for one task, or raise a vla_gym error.
 
     Its ``reward_mode`` is ``"none"`` when the reward is to be the success flag (``reward_mode="sparse"``,
-    or a task without a dense reward).
+    or a task without a dense reward). A one-env CPU sim in ``pd_ee_delta_pose`` gets the numpy arm
+    controller (:func:`install_fast_ee_controller`).
     """
     registered = import_maniskill()
     missing = missing_assets(maniskill_id)
@@ -124,7 +129,7 @@ def make_maniskill_env(maniskill_id: str, num_envs: int, obs_mode: str, control_
     # sparse (and dense on tasks that have no dense reward): ManiSkill computes none, the caller uses success
     dense = reward_mode != "sparse" and reward_mode in registered[maniskill_id].cls.SUPPORTED_REWARD_MODES
     try:
-        return registered[maniskill_id].make(
+        env = registered[maniskill_id].make(
             num_envs=num_envs, obs_mode="state" if obs_mode == "state" else "none",
             control_mode=control_mode, reward_mode=reward_mode if dense else "none", robot_uids=ROBOT,
             sensor_configs={"width": width, "height": height},
@@ -136,6 +141,8 @@ def make_maniskill_env(maniskill_id: str, num_envs: int, obs_mode: str, control_
         if any(marker in str(exc).lower() for marker in _NO_VULKAN_MARKERS):
             raise _no_vulkan_error(exc) from exc
         raise
+    install_fast_ee_controller(env)
+    return env
 
 
 def check_options(cameras: Sequence[str] | None, obs_mode: str, reward_mode: str) -> tuple[str, ...]:
