@@ -32,12 +32,18 @@ def test_main_job_runs_records_each_seed(tmp_path):
     assert (tmp_path / "main_job_seed3" / "eval" / "eval.json").is_file()
 
     # the study's analysis of that run: its evaluation split by the cube's start (experiments/main_job_seeds/starts.py)
+    # --ends: the last checkpoint replayed on each failed episode, where gripper and cube end
     split = subprocess.run([sys.executable, "experiments/main_job_seeds/starts.py", str(tmp_path / "main_job_seed3"),
-                            "--json", str(tmp_path / "starts.json")], cwd=ROOT, capture_output=True, text=True,
-                           timeout=300)
+                            "--json", str(tmp_path / "starts.json"), "--ends"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=300)
     assert split.returncode == 0, split.stderr[-3000:]
     [row] = json.loads((tmp_path / "starts.json").read_text())
     assert row["behind"][1] + row["rest"][1] == 1 and f"behind {row['behind'][0]}/{row['behind'][1]}" in split.stdout
+    failed = row["behind"][1] - row["behind"][0] + row["rest"][1] - row["rest"][0]
+    assert len(row["failed"]) == failed
+    for end in row["failed"]:  # an 8-step episode of a policy trained for one update
+        assert end["end"] in ("aside", "off the table", "short") and not end["replayed_success"]
+        assert f"seed {end['seed']}" in split.stdout
 
 
 @pytest.mark.quick
