@@ -17,7 +17,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 CARTPOLE = {
     "name": "tr", "total_timesteps": 1024, "device": "cpu", "seed": 3,
     "env": {"id": "CartPole-v1", "num_envs": 4},
-    "policy": {"kwargs": {"hidden_sizes": [16, 16]}},
+    # normalize_obs: its running statistics are buffers that DDP does not re-broadcast (each rank all-reduces them)
+    "policy": {"kwargs": {"hidden_sizes": [16, 16], "normalize_obs": True}},
     "ppo": {"n_steps": 64, "batch_size": 64, "n_epochs": 2},
     "grpo": {"group_size": 2, "groups_per_update": 4, "score": "return", "batch_size": 128, "kl_coef": 0.1},
     "logging": {"progress_bar": False},
@@ -105,6 +106,8 @@ def test_both_ranks_hold_identical_parameters(launched, algo):
         assert torch.equal(value, ranks[1]["final"][key]), key
         assert torch.equal(ranks[0]["initial"][key], ranks[1]["initial"][key]), key
     assert any(not torch.equal(ranks[0]["initial"][k], v) for k, v in ranks[0]["final"].items()), "nothing learnt"
+    counts = [value for key, value in ranks[0]["final"].items() if key.endswith("count")]
+    assert counts and all(count >= 1024 for count in counts)  # the observation statistics saw both ranks' rollouts
     assert ranks[0]["updates"] == ranks[1]["updates"] >= 2 and ranks[0]["steps"] == ranks[1]["steps"] >= 1024
     info = [json.loads((launched / f"{algo}_rank{r}.json").read_text()) for r in (0, 1)]
     if algo == "ppo":  # each rank owns its env shard, seeded apart

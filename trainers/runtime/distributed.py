@@ -24,6 +24,7 @@ of calls differs between ranks, run inside :meth:`Distributed.gathered` (whole p
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,6 +41,17 @@ from vla_gym.trainers.policies.base import Policy
 STRATEGIES = ("ddp", "fsdp")
 #: Policy methods besides ``forward`` that run the network (FSDP gathers the parameters around them)
 POLICY_ENTRY_POINTS = ("act", "evaluate", "value", "imitation_loss")
+
+
+# DDP re-broadcasts a module's buffers from rank 0 before every forward by default. The only buffers that change
+# here (observation normalisation) are updated on every rank with an all-reduce of their own
+# (Policy.update_statistics), so that broadcast was a third collective per minibatch (1.4 ms of each on 2 CPU
+# processes). torch >= 2.13 names the switch forward_sync_buffers (init sync kept); older ones broadcast_buffers.
+_NO_FORWARD_BUFFER_SYNC = (
+    {"forward_sync_buffers": False}
+    if "forward_sync_buffers" in inspect.signature(nn.parallel.DistributedDataParallel.__init__).parameters
+    else {"broadcast_buffers": False}
+)
 
 
 @dataclass
@@ -95,7 +107,7 @@ class Distributed:
             return module
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         return nn.parallel.DistributedDataParallel(
-            module, device_ids=device_ids, find_unused_parameters=find_unused_parameters
+            module, device_ids=device_ids, find_unused_parameters=find_unused_parameters, **_NO_FORWARD_BUFFER_SYNC
         )
 
     @contextlib.contextmanager

@@ -13,10 +13,16 @@ trainers handle both autoreset modes (NEXT_STEP and SAME_STEP), whichever the ve
 Async envs get ``env.step_timeout``, ``env.on_worker_failure`` and ``env.max_worker_restarts`` (defaults 120 s,
 respawn, 3): a hung, dead or raising worker is restarted and its episode ends as truncated with
 ``info["env_failure"]`` (:mod:`vla_gym.vector.respawn`, docs/reliability.md).
+
+Before the envs are built, the objects alive so far (imports, the policy) are collected once and frozen out of
+the cyclic garbage collector (``gc.collect(); gc.freeze()``): ManiSkill runs ``gc.collect()`` whenever it builds or
+closes an env, and each such pass over torch's and the simulators' objects cost 0.2 s, 10 s of a 24-env rank's
+start-up and as much at its close. Only live objects are frozen (the collection first), so nothing leaks.
 """
 from __future__ import annotations
 
 import functools
+import gc
 from typing import Any
 
 import gymnasium as gym
@@ -31,6 +37,8 @@ from vla_gym.vector.wrapper_spec import parse_wrappers
 
 def make_envs(cfg: EnvConfig, num_envs: int, kwargs: dict[str, Any] | None = None) -> VectorEnv:
     """``num_envs`` copies of ``cfg.id`` with ``cfg.kwargs`` updated by ``kwargs``."""
+    gc.collect()
+    gc.freeze()  # the live objects out of the collector's later passes (module docstring)
     env_kwargs = {**cfg.kwargs, **(kwargs or {})}
     if cfg.id.startswith("VLA/"):
         wrappers = parse_wrappers(cfg.wrappers, key="env.wrappers")
