@@ -74,11 +74,11 @@ SHORT_FORMS = {
                       "runs/maniskill_pushcube_ppo/eval/eval.md", "runs/maniskill_pushcube_ppo/eval/videos/*.mp4")),
     # one process: GRPO's two ranks are tests/test_torchrun.py's (identical parameters, groups split over the ranks)
     "torchrun --nproc_per_node=2 trainers/grpo.py --config examples/configs/maniskill_pushcube_grpo.yaml "
-    "grpo.init_checkpoint=runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000352.pt": Short(
-        replace=(("ckpt_00000352.pt", "ckpt_00000001.pt"), ("--nproc_per_node=2", "--nproc_per_node=1")),
+    "grpo.init_checkpoint=runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000264.pt": Short(
+        replace=(("ckpt_00000264.pt", "ckpt_00000001.pt"), ("--nproc_per_node=2", "--nproc_per_node=1")),
         needs=MAIN_JOB, expect_files=("runs/maniskill_pushcube_grpo/checkpoints/ckpt_*.pt",)),
-    "python trainers/eval.py --checkpoint runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000352.pt --num-envs 4": Short(
-        replace=(("ckpt_00000352.pt", "ckpt_00000001.pt"), ("--num-envs 4", "--num-envs 1")),
+    "python trainers/eval.py --checkpoint runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000264.pt --num-envs 4": Short(
+        replace=(("ckpt_00000264.pt", "ckpt_00000001.pt"), ("--num-envs 4", "--num-envs 1")),
         extra=("--episodes-per-task", "2"),
         needs=MAIN_JOB, expect_files=("runs/maniskill_pushcube_ppo/eval-ckpt_00000001/eval.md",)),
     # two nodes on this machine: two launchers meet at one c10d endpoint, one process each
@@ -105,8 +105,8 @@ SHORT_FORMS = {
         needs=LIBERO_SFT, expect_files=("runs/libero_small_grpo/checkpoints/ckpt_*.pt",)),
     "python trainers/ppo.py --config examples/configs/cartpole_ppo.yaml env.vectorization=async "
     "rollout.pipeline_stages=2": Short(extra=("env.num_envs=2", "env.vectorization=async"), expect_files=("runs/cartpole_ppo/checkpoints/ckpt_*.pt",)),
-    "python trainers/eval.py --checkpoint runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000352.pt --ood": Short(
-        replace=(("ckpt_00000352.pt", "ckpt_00000001.pt"), ("--ood", "--ood paraphrase,action_noise")),
+    "python trainers/eval.py --checkpoint runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000264.pt --ood": Short(
+        replace=(("ckpt_00000264.pt", "ckpt_00000001.pt"), ("--ood", "--ood paraphrase,action_noise")),
         extra=("--episodes-per-task", "1"), needs=MAIN_JOB,
         expect_files=("runs/maniskill_pushcube_ppo/eval-ckpt_00000001/ood.md",)),  # reads the LIBERO-PRO catalog, builds no scene
     # a committed model: one held-out start of one task, 8 steps (the row's numbers: tests/test_eval_resume.py plays

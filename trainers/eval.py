@@ -85,7 +85,7 @@ from vla_gym.trainers.runtime.envs import env_attr, make_envs
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = parser_with_examples(None, "Evaluate a vla_gym trainer checkpoint (see docs/trainers.md)", [
-        "python trainers/eval.py --checkpoint runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000352.pt --num-envs 4",
+        "python trainers/eval.py --checkpoint runs/maniskill_pushcube_ppo/checkpoints/ckpt_00000264.pt --num-envs 4",
         "python trainers/eval.py --checkpoint runs/libero_small_sft/final.pt --init-states 40-49 --out runs/eval_sft",
         "python trainers/eval.py --checkpoint runs/libero_small_sft/final.pt --tasks 0-3 --init-states 0-9 --stochastic",
         "torchrun --nproc_per_node=2 trainers/eval.py --checkpoint CKPT --ood lighting,paraphrase --init-states 40-42",
