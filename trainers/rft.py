@@ -100,7 +100,7 @@ def train_minutes(round_dir: pathlib.Path, kept_greedy: bool = False) -> float |
     if kept_greedy:
         before = round_dir.parent / f"round_{int(round_dir.name.split('_')[1]) - 1}" / "minutes.json"
         spent.append(json.loads(before.read_text()).get("eval", 0.0) if before.is_file() else 0.0)
-    return round(sum(spent), 1) if spent and "sft" in minutes else None
+    return round(sum(spent), 2) if spent and "sft" in minutes else None
 
 
 def fitted_steps(checkpoint: str) -> int:
