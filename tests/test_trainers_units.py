@@ -429,3 +429,21 @@ def test_git_commit_outside_a_checkout_reads_the_environment(tmp_path, monkeypat
     monkeypatch.setenv("VLA_GYM_COMMIT", "abc1234")
     assert git_commit(tmp_path) == "abc1234"
     assert git_commit() not in ("unknown", "abc1234")  # inside the checkout git answers
+
+
+def test_make_envs_freezes_the_live_objects_before_building_envs():
+    """ManiSkill runs gc.collect() on every env build and close: make_envs first collects once and freezes what is
+    alive, so those passes skip torch's and the simulators' objects (trainers/runtime/envs.py)."""
+    import gc
+
+    from vla_gym.trainers.runtime.config import EnvConfig
+    from vla_gym.trainers.runtime.envs import make_envs
+
+    gc.unfreeze()
+    long_lived = [object() for _ in range(10)]  # noqa: F841 (alive across the call)
+    try:
+        envs = make_envs(EnvConfig(id="CartPole-v1", num_envs=1), 1)
+        assert gc.get_freeze_count() > 0
+        envs.close()
+    finally:
+        gc.unfreeze()
