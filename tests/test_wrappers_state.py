@@ -133,3 +133,31 @@ def test_episode_statistics_in_gymnasium_record_episode_statistics_form(pushcube
     assert set(info["episode"]) == {"r", "l", "t"}
     assert info["episode"]["r"] == pytest.approx(total) and info["episode"]["l"] == steps
     assert info["episode"]["t"] >= 0 and info["episode_metrics"]["env/episode_len"] == steps
+
+
+def test_action_subset_lets_an_xyz_policy_push_with_the_fingers_held_closed(pushcube):
+    """The main job's ActionSubset: the scripted pusher's xyz alone solves seed 0; the env gets the held rotation and
+    gripper (the fingers close); the spec rebuilds it and a wrong shape names the expected one."""
+    from vla_gym.wrappers import ActionSubset
+
+    env = ActionSubset(pushcube, dims=[0, 1, 2], hold=[0, 0, 0, 0, 0, 0, 1])
+    assert env.action_space.shape == (3,)
+    assert env.action(np.array([0.5, -0.5, 1.0])).tolist() == [0.5, -0.5, 1.0, 0, 0, 0, 1]
+    obs, _ = env.reset(seed=0)
+    for _ in range(20):
+        obs, _, terminated, _, info = env.step(push_cube(obs["state"])[:3])
+        if terminated:
+            break
+    assert info["success"]
+    fingers = pushcube.unwrapped.backend.maniskill_env.agent.robot.get_qpos()[0, -2:]
+    assert float(fingers.max()) < 0.01  # held at +1 (close): the fingers are one solid pusher, not 4 cm open
+    assert [(w.name, w.kwargs) for w in env.spec.additional_wrappers] == [
+        ("ActionSubset", {"dims": [0, 1, 2], "hold": [0, 0, 0, 0, 0, 0, 1]})]
+    with pytest.raises(ValueError, match=r"shape \(3,\)"):
+        env.step(np.zeros(7))
+    with pytest.raises(ValueError, match="distinct indices"):
+        ActionSubset(pushcube, dims=[0, 0])
+    with pytest.raises(ValueError, match="full 7-D action"):
+        ActionSubset(pushcube, dims=[0, 1, 2], hold=[0, 0, 1])
+    with pytest.raises(ValueError, match="outside the action space"):
+        ActionSubset(pushcube, dims=[0], hold=[0, 0, 0, 0, 0, 0, 2])

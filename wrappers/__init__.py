@@ -13,6 +13,7 @@ Innermost first::
 
 ======================== ===========================================================================
 ActionChunk              ``[K, action_dim]`` actions per step; only the last sub-step renders
+ActionSubset             the policy sets some action dimensions (e.g. xyz); the others are held fixed
 EpisodeMetrics           ``info["episode_metrics"]`` (env/return, env/episode_len, env/success_once, ...)
 RecordEpisodeVideo       one MP4 per episode, multi-camera layout with overlay, atomic writes
 RecordEpisodes           every finished episode staged as a LeRobot v3 episode table (rollouts -> datasets)
@@ -26,6 +27,7 @@ OpenVLA's prompt and action-token helpers live with the policies
 (``vla_gym.trainers.policies.openvla_prompts``). See docs/wrappers.md for the order to stack them in and the vector-env helpers.
 """
 from vla_gym.wrappers.action_chunk import ActionChunk
+from vla_gym.wrappers.action_subset import ActionSubset
 from vla_gym.wrappers.episode_metrics import EpisodeMetrics, finished_episodes, summarize_episodes
 from vla_gym.wrappers.multi_camera import MultiCamera
 from vla_gym.wrappers.normalize_reward import NormalizeRewardPerTask
@@ -35,6 +37,6 @@ from vla_gym.wrappers.record_video import RecordEpisodeVideo
 from vla_gym.wrappers.sb3 import SB3Compat, hash_instruction
 
 __all__ = [
-    "ActionChunk", "EpisodeMetrics", "MultiCamera", "NormalizeRewardPerTask", "Perturb", "RecordEpisodeVideo", "RecordEpisodes", "SB3Compat",
+    "ActionChunk", "ActionSubset", "EpisodeMetrics", "MultiCamera", "NormalizeRewardPerTask", "Perturb", "RecordEpisodeVideo", "RecordEpisodes", "SB3Compat",
     "finished_episodes", "hash_instruction", "summarize_episodes",
 ]

@@ -63,11 +63,14 @@ def failed_ends(run: pathlib.Path) -> list[dict]:
     import vla_gym  # noqa: F401  (registers the ids)
     from vla_gym.trainers.rollout.batch import to_torch
     from vla_gym.trainers.runtime.checkpoint import load_policy
+    from vla_gym.vector.wrapper_spec import parse_wrappers
 
     policy = load_policy(sorted((run / "checkpoints").glob("ckpt_*.pt"))[-1])
     episodes = json.loads((run / "eval" / "eval.json").read_text())["episodes"]
-    env_config = yaml.safe_load((run / "config.yaml").read_text())["env"]  # the run's own env (its time limit)
+    env_config = yaml.safe_load((run / "config.yaml").read_text())["env"]  # the run's own env and wrappers
     env = gym.make(env_config["id"], **env_config["kwargs"])
+    for wrapper in parse_wrappers(env_config.get("wrappers") or [], key="env.wrappers"):  # e.g. ActionSubset
+        env = wrapper(env)
     sim = env.unwrapped.backend.maniskill_env
     rows = []
     try:
