@@ -82,10 +82,17 @@ def run_ours(minutes: float, workdir: pathlib.Path, extra: list[str], in_process
 
 
 def make_sb3_env():
+    """The config's env for SB3: the same id and kwargs, its wrappers (ActionSubset: the same xyz actions), then
+    EpisodeMetrics and SB3Compat."""
     import vla_gym
+    from vla_gym.vector.wrapper_spec import parse_wrappers
     from vla_gym.wrappers import EpisodeMetrics, SB3Compat
 
-    return SB3Compat(EpisodeMetrics(vla_gym.make(ENV_ID, obs_mode="state")))
+    env_config = yaml.safe_load((ROOT / CONFIG).read_text())["env"]
+    env = vla_gym.make(ENV_ID, **env_config["kwargs"])
+    for wrapper in parse_wrappers(env_config.get("wrappers") or [], key="env.wrappers"):
+        env = wrapper(env)
+    return SB3Compat(EpisodeMetrics(env))
 
 
 def run_sb3(minutes: float) -> dict:
