@@ -77,6 +77,24 @@ def test_a_row_is_written_replaced_and_shown(tmp_path):
     assert "| object | 0 | grpo v3 | train | greedy |" in run("table", "--out", str(out)).stdout
 
 
+def test_a_token_campaign_exports_its_rl_model_in_half_precision(tmp_path):
+    """``add --rl-dtype float16`` (campaign.py's token campaigns): the RL model's parameters are stored in float16,
+    the SFT model it started from is exported as it is."""
+    rl_run = training_run(tmp_path / "run", 100, [10])
+    weights = {"w": torch.linspace(0, 1, 1000)}
+    torch.save({"counters": {"num_timesteps": 100}, "policy": weights, "optimizer": {}},
+               rl_run / "checkpoints" / "ckpt_00000002.pt")
+    torch.save({"policy": weights}, rl_run / "sft.pt")
+    run("add", "--suite", "object", "--seed", "0", "--method", "grpo", "--split", "train", "--mode", "greedy",
+        "--sft-eval", str(eval_report(tmp_path / "sft", [True, False])), "--rl-eval",
+        str(eval_report(tmp_path / "rl", [True, True])), "--sft-checkpoint", str(rl_run / "sft.pt"), "--rl-run",
+        str(rl_run), "--out", str(tmp_path / "rows.json"), "--export-dir", str(tmp_path / "models"),
+        "--variant", "tokens", "--rl-dtype", "float16")
+    [row] = json.loads((tmp_path / "rows.json").read_text())["rows"]
+    assert torch.load(row["rl_checkpoint"], weights_only=False)["policy"]["w"].dtype == torch.float16
+    assert torch.load(row["sft_checkpoint"], weights_only=False)["policy"]["w"].dtype == torch.float32
+
+
 def test_reports_of_different_episodes_are_refused(tmp_path):
     sft = eval_report(tmp_path / "sft", [True, False])
     rl = eval_report(tmp_path / "rl", [True, False], init_states=(5, 6))

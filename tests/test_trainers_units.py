@@ -25,6 +25,7 @@ from vla_gym.trainers.runtime.checkpoint import (
     CheckpointError,
     export_policy,
     load_checkpoint,
+    load_policy,
     rng_state,
     set_rng_state,
 )
@@ -383,6 +384,30 @@ def test_a_model_exported_twice_is_stored_once(tmp_path):
     chunked.unlink()
     assert export_policy(run_checkpoint("rl.pt", 3.0), models, "suite_rl.pt") == rl  # a newer model replaces it
     assert torch.equal(load_checkpoint(rl)["policy"]["w"], torch.full((3,), 3.0))
+
+
+def test_a_model_exported_in_float16_is_half_the_size_and_loads_as_float32(tmp_path):
+    """``export_policy(..., dtype=torch.float16)`` (the LIBERO study's token models): the parameters are stored in
+    half precision, :func:`load_policy` rebuilds a float32 policy whose actions match the original's to rounding,
+    and exporting it again finds the same file."""
+    torch.manual_seed(0)
+    policy = make_policy("mlp", spaces.Box(-1, 1, (6,)), spaces.Box(-1, 1, (3,)), hidden_sizes=[256, 256])
+    run = tmp_path / "ckpt.pt"
+    torch.save({"policy": policy.state_dict(), "policy_name": "mlp", "policy_kwargs": {"hidden_sizes": [256, 256]},
+                "observation_space": spaces.Box(-1, 1, (6,)), "action_space": spaces.Box(-1, 1, (3,)),
+                "optimizer": {"m": 1}}, run)
+    full = export_policy(run, tmp_path / "models", "full.pt")
+    half = export_policy(run, tmp_path / "models", "half.pt", dtype=torch.float16)
+    assert half.name == "half.pt" and half.stat().st_size < 0.6 * full.stat().st_size
+    assert {value.dtype for value in load_checkpoint(half)["policy"].values()} == {torch.float16}
+    loaded = load_policy(half)
+    assert {parameter.dtype for parameter in loaded.parameters()} == {torch.float32}
+    obs = torch.rand(64, 6) * 2 - 1
+    with torch.no_grad():
+        original, _, _ = policy.act(obs, deterministic=True)
+        rounded, _, _ = loaded.act(obs, deterministic=True)
+    assert torch.allclose(original, rounded, atol=1e-2) and not torch.equal(original, rounded)
+    assert export_policy(run, tmp_path / "models", "again.pt", dtype=torch.float16) == half
 
 
 def test_rng_state_round_trip():

@@ -330,7 +330,9 @@ class Campaign:
              "--mode", mode, "--sft-eval", str(self.eval_dir("sft", split, mode)),
              "--rl-eval", str(self.eval_dir("rl", split, mode)), "--sft-checkpoint", str(self.sft),
              "--sft-variant", self.sft_variant, "--rl-run", str(self.rl_run),
-             "--export-dir", self.args.export_dir, "--out", self.args.results])
+             "--export-dir", self.args.export_dir, "--out", self.args.results,
+             # a token policy's RL model in half precision: a committed one fits the repository's size limit
+             "--rl-dtype", "float16" if self.args.head == "tokens" else "float32"])
 
     @property
     def curve(self) -> pathlib.Path:

@@ -23,6 +23,8 @@ import json
 import pathlib
 import sys
 
+import torch
+
 from vla_gym.runtime.cli_args import script_parser
 from vla_gym.trainers.evaluation.stats import mcnemar_outcomes_p, wilson_interval
 from vla_gym.trainers.runtime.checkpoint import export_policy, load_checkpoint
@@ -99,8 +101,6 @@ def run_budget(run: pathlib.Path, checkpoint: str | None = None) -> tuple[int, f
     """(env steps, wall minutes) of a training run up to ``checkpoint`` (default: its newest): the checkpoint's
     counter and the sum over resumed segments of TensorBoard's ``time/elapsed_s`` (it restarts at each resume)
     logged at or before that many env steps; an RFT run's from its rft.json (:func:`rft_budget`)."""
-    import torch
-
     if (run / "rft.json").is_file():
         checkpoints = rl_checkpoints(run)
         if not checkpoints:
@@ -178,7 +178,8 @@ def add(args) -> dict:
         sft_name = f"{stem}_sft{'_' + args.sft_variant if args.sft_variant else ''}.pt"
         sft_checkpoint = str(export_policy(sft_checkpoint, args.export_dir, sft_name))
         rl_name = f"{stem}_{args.method}{'_' + args.variant if args.variant else ''}.pt"
-        rl_checkpoint = str(export_policy(rl_checkpoint, args.export_dir, rl_name))
+        rl_checkpoint = str(export_policy(rl_checkpoint, args.export_dir, rl_name,
+                                          dtype=getattr(torch, args.rl_dtype)))
     row = {
         "suite": args.suite, "seed": args.seed, "method": args.method, "variant": args.variant, "split": args.split,
         "mode": args.mode,
@@ -242,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     adding.add_argument("--export-dir", help="also save both models there, trained parameters only (for committing), "
                                              "and point the row at those copies, e.g. experiments/libero_miniature/models; a "
                                              "model already there (equal parameters) is not saved again")
+    adding.add_argument("--rl-dtype", choices=("float32", "float16"), default="float32",
+                        help="the exported RL model's parameters: float16 stores them at half the size (the token "
+                             "campaigns' models, within the repository's size limit); the row was measured on the "
+                             "run's float32 checkpoint")
     adding.add_argument("--out", default=str(RESULTS))
     showing = sub.add_parser("table", help="print the Markdown table")
     showing.add_argument("--out", default=str(RESULTS))

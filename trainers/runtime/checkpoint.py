@@ -121,26 +121,29 @@ POLICY_KEYS = ("algo", "config", "policy", "observation_space", "action_space", 
                "contract")
 
 
-def save_policy_only(checkpoint: str | os.PathLike, path: str | os.PathLike) -> pathlib.Path:
+def save_policy_only(checkpoint: str | os.PathLike, path: str | os.PathLike,
+                     dtype: torch.dtype | None = None) -> pathlib.Path:
     """A copy of ``checkpoint`` with only the trained parameters and what rebuilds the policy (``POLICY_KEYS``):
     ``trainers/eval.py --checkpoint``, :func:`load_policy` and ``grpo.init_checkpoint`` take it; a fraction of the
-    size (no Adam moments), for committing a result's models.
+    size (no Adam moments), for committing a result's models. ``dtype=torch.float16`` stores the floating-point
+    parameters at half that size; loading casts them back to the policy's own dtype (float32 on a CPU).
 
     >>> save_policy_only("runs/x/checkpoints/ckpt_00000040.pt", "experiments/x/models/x.pt")   # doctest: +SKIP
     """
-    return atomic_save(_policy_only(load_checkpoint(checkpoint)), path)
+    return atomic_save(_policy_only(load_checkpoint(checkpoint), dtype), path)
 
 
-def export_policy(checkpoint: str | os.PathLike, directory: str | os.PathLike, name: str) -> pathlib.Path:
+def export_policy(checkpoint: str | os.PathLike, directory: str | os.PathLike, name: str,
+                  dtype: torch.dtype | None = None) -> pathlib.Path:
     """:func:`save_policy_only` into ``directory / name``, unless a ``.pt`` file there already holds the same model
-    (equal trained parameters, ``policy_name`` and ``policy_kwargs``): then that file is returned and nothing is
-    written (``name`` first, then the others by name). A model exported for several result rows is stored once, and
-    re-exporting it leaves the committed file as it is.
+    (equal trained parameters, ``policy_name`` and ``policy_kwargs``; stored in ``dtype`` when given): then that file
+    is returned and nothing is written (``name`` first, then the others by name). A model exported for several result
+    rows is stored once, and re-exporting it leaves the committed file as it is.
 
     >>> export_policy("runs/x/sft/final.pt", "experiments/x/models", "libero_object_seed0_sft.pt")   # doctest: +SKIP
     """
     directory = pathlib.Path(directory)
-    exported = _policy_only(load_checkpoint(checkpoint))
+    exported = _policy_only(load_checkpoint(checkpoint), dtype)
     candidates = sorted(directory.glob("*.pt"), key=lambda path: (path.name != name, path.name))
     for candidate in candidates if exported.get("policy") else []:
         try:
@@ -151,8 +154,12 @@ def export_policy(checkpoint: str | os.PathLike, directory: str | os.PathLike, n
     return atomic_save(exported, directory / name)
 
 
-def _policy_only(state: dict[str, Any]) -> dict[str, Any]:
-    return {key: state[key] for key in POLICY_KEYS if key in state}
+def _policy_only(state: dict[str, Any], dtype: torch.dtype | None = None) -> dict[str, Any]:
+    kept = {key: state[key] for key in POLICY_KEYS if key in state}
+    if dtype is not None and "policy" in kept:
+        kept["policy"] = {key: value.to(dtype) if torch.is_tensor(value) and value.is_floating_point() else value
+                          for key, value in kept["policy"].items()}
+    return kept
 
 
 def _same_model(first: dict[str, Any], second: dict[str, Any]) -> bool:
