@@ -80,7 +80,7 @@ def test_make_vec_argument_errors():
         vla_gym.make_vec("VLA/Libero10-v0", 2, vectorization="threads")
     with pytest.raises(ValueError, match="one dict per sub-env"):
         vla_gym.make_vec("VLA/Libero10-v0", 2, per_env_kwargs=[{}])
-    with pytest.raises(ValueError, match="unknown wrapper 'Chunks'.*ActionChunk, EpisodeMetrics"):
+    with pytest.raises(ValueError, match="unknown wrapper 'Chunks'.*ActionChunk, ActionSubset, EpisodeMetrics"):
         vla_gym.make_vec("VLA/Libero10-v0", 2, wrappers=["Chunks"])
     with pytest.raises(ValueError, match="GPU backend"):
         vla_gym.make_vec("VLA/ManiSkill-PickCube-v0", 2, device="cuda", wrappers=[EpisodeMetrics])
