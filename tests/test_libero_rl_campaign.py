@@ -263,9 +263,9 @@ def test_more_cameras_make_a_campaign_of_their_own():
     assert grpo.camera_overrides(policy=True) == ["env.kwargs.cameras=[main,wrist]", "policy.kwargs.cameras=[main,wrist]"]
 
 
-def test_the_token_head_makes_a_campaign_of_its_own():
-    """``--head tokens``: the SFT fits the token head, GRPO runs the anchors' settings on it and the sampled
-    evaluations draw at temperature 1.6, in a folder, model names and rows of their own."""
+def test_the_token_head_makes_a_campaign_of_its_own(tmp_path):
+    """``--head tokens``: the SFT fits the token head, GRPO runs the anchors' settings on it, RFT's rounds and the
+    sampled evaluations draw at temperature 1.6, in a folder, model names and rows of their own."""
     module = campaign_script()
     tokens = module.Campaign(module.parse_args(["--suite", "object", "--seed", "0", "--head", "tokens"]))
     assert (tokens.state.name, tokens.variant, tokens.sft_variant) == ("object_s0_tokens", "protocol_tokens",
@@ -277,3 +277,11 @@ def test_the_token_head_makes_a_campaign_of_its_own():
     module.run = lambda command, *rest: commands.append(command) or 0
     tokens.train_rl()
     assert module.TOKENS_GRPO_CONFIG in commands[-1] and "policy.kwargs.head=tokens" in commands[-1]
+    rft = module.Campaign(module.parse_args(["--suite", "object", "--seed", "0", "--head", "tokens", "--method", "rft",
+                                             "--state", str(tmp_path)]))
+    (tmp_path / "demos" / "meta").mkdir(parents=True)
+    (tmp_path / "sft.txt").write_text("experiments/libero_miniature/models/libero_object_seed0_sft_protocol_tokens.pt\n")
+    rft.train_rl()
+    assert commands[-1][1] == "trainers/rft.py" and "policy.kwargs.head=tokens" in commands[-1]
+    flags = " ".join(commands[-1])
+    assert "--samples-per-start 1 --temperature 1.6" in flags and "--std" not in flags

@@ -92,3 +92,33 @@ def test_rft_round_runs_in_short_form_and_resumes(tmp_path, capfd, monkeypatch):
 
     again = rft_here(capfd, argv)  # the same command once more: it finds every step's output and plays nothing
     assert "running:" not in again and "round 2:" in again
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_an_action_token_policy_samples_its_rounds_at_a_temperature(tmp_path, capfd, monkeypatch):
+    """``--temperature``: the small VLA with its token head (``policy.kwargs.head=tokens``) samples the round's
+    episodes at that temperature (eval.py --temperature, no std), and the round fits the token head again;
+    ``--std`` and ``--temperature`` together are refused."""
+    from vla_gym.data.record import record_demos
+    from vla_gym.trainers.rft import main as rft
+    from vla_gym.trainers.sft import main as sft
+
+    monkeypatch.chdir(ROOT)
+    demos = tmp_path / "demos"
+    record_demos("VLA/LiberoObject-v0", demos, episodes_per_task=1, task_ids=[0], keep_failures=True,
+                 progress=False, cameras=["main"], image_size=SHORT_IMAGE_SIZE, max_episode_steps=8)
+    tokens = [setting for setting in SHORT if not setting.startswith("policy.")] + ["policy.kwargs.head=tokens"]
+    assert sft(["--config", str(CONFIG), f"run_dir={tmp_path}", "name=sft0", f"sft.dataset={demos}", *tokens]) == 0
+    argv = ["--sft-config", str(CONFIG), "--demos", str(demos), "--init-checkpoint", str(tmp_path / "sft0" / "final.pt"),
+            "--out", str(tmp_path / "rft"), "--rounds", "1", "--samples-per-start", "1", "--tasks", "0", "--init-states",
+            "0", "--num-envs", "1", "--sync", "--temperature", "1.6", *tokens]
+    out = rft_here(capfd, argv)
+    assert "--stochastic --temperature 1.6 --seed 1001" in out and "--std" not in out
+    settings = json.loads((tmp_path / "rft" / "round_1" / "sample_1" / "eval.json").read_text())["settings"]
+    assert settings["deterministic"] is False and settings["temperature"] == 1.6 and settings["std"] is None
+    fitted = yaml.safe_load((tmp_path / "rft" / "round_1" / "sft" / "config.yaml").read_text())
+    assert fitted["policy"]["kwargs"]["head"] == "tokens"
+
+    with pytest.raises(SystemExit):
+        rft([*argv, "--std", "0.05"])
+    assert "give one of them" in capfd.readouterr().err

@@ -4,12 +4,14 @@
         --demos runs/libero_rl/demos_object_3 --init-checkpoint runs/libero_rl/sft3_object_s0/final.pt \
         --init-states 0-3 --rounds 2 --samples-per-start 4 --std 0.05 --out runs/libero_rl/rft_object_s0
     python trainers/rft.py ... --seed 1 sft.epochs=10        # a second training seed; key=value: SFT overrides
+    python trainers/rft.py ... --temperature 1.6 policy.kwargs.head=tokens   # an action-token policy
 
 Each round is three product commands, called in this process one after the other:
 
 1. **sample**: ``trainers/eval.py --checkpoint CURRENT --stochastic --std STD --noise step --record-dataset ...
    --successes-only`` plays every (task, init state) ``--samples-per-start`` times with exploration noise (a new
-   seed each time) and keeps the successful episodes, with the actions the env executed as labels;
+   seed each time) and keeps the successful episodes, with the actions the env executed as labels; an action-token
+   policy (``policy.kwargs.head=tokens``) samples its tokens at ``--temperature T`` instead (the anchors' 1.6);
 2. **fit**: ``trainers/sft.py --config SFT_CONFIG sft.dataset=DEMOS,ROLLOUTS...`` clones the demos plus every
    success kept so far (all rounds), from the SFT config's fresh initialisation as the first SFT did, or with
    ``--fit continue`` from the policy that sampled the round (``sft.init_checkpoint``);
@@ -137,6 +139,9 @@ class RFTRun:
         self.args, self.out = args, pathlib.Path(args.out)
         self.starts = [*(["--tasks", *args.tasks] if args.tasks else []), "--init-states", *args.init_states,
                        "--num-envs", str(args.num_envs), *([] if args.sync else ["env.vectorization=async"])]
+        #: how the sampled episodes explore: the action tokens at a temperature, or Gaussian noise per step
+        self.sampling = (["--temperature", str(args.temperature)] if args.temperature is not None
+                         else ["--std", str(args.std), "--noise", "step"])
 
     def timed(self, step: pathlib.Path, script: str, argv: list[str], allowed: tuple[int, ...] = (0,)) -> None:
         """Call one step's command and add its minutes to its round's ``minutes.json`` (the cost the table reports)."""
@@ -154,7 +159,7 @@ class RFTRun:
         if not (out / "eval.json").is_file() or unrecorded:
             command = ["--checkpoint", checkpoint, "--out", str(out)]
             if sampled_seed is not None:
-                command += ["--stochastic", "--std", str(self.args.std), "--noise", "step", "--seed", str(sampled_seed)]
+                command += ["--stochastic", *self.sampling, "--seed", str(sampled_seed)]
             if record is not None:
                 command += ["--record-dataset", str(record), "--successes-only"]
             if only_failed_in is not None:
@@ -241,7 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--samples-per-start", type=int, default=4,
                         help="sampled episodes per (task, init state); 0 with --keep-greedy-successes")
-    parser.add_argument("--std", type=float, default=0.05, help="exploration noise per step and action dimension")
+    parser.add_argument("--std", type=float, default=None,
+                        help="exploration noise per step and action dimension of a Gaussian head (default 0.05)")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="sample an action-token head (policy.kwargs.head=tokens) at this temperature instead")
     parser.add_argument("--init-states", nargs="+", default=["0-3"], help="the starts trained (and evaluated) on")
     parser.add_argument("--tasks", nargs="+", default=None, help="only these task ids (default: all)")
     parser.add_argument("--fit", choices=("scratch", "continue"), default="scratch",
@@ -258,8 +266,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sync", action="store_true", help="envs in this process (default: one process each)")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="overrides of the SFT config")
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.samples_per_start < 0 or args.std <= 0:
-        parser.error("--rounds must be >= 1, --samples-per-start >= 0 and --std > 0")
+    if args.std is not None and args.temperature is not None:
+        parser.error("--std samples a Gaussian head, --temperature an action-token head: give one of them")
+    if args.temperature is None and args.std is None:
+        args.std = 0.05
+    spread = args.std if args.temperature is None else args.temperature
+    if args.rounds < 1 or args.samples_per_start < 0 or not spread > 0:
+        parser.error("--rounds must be >= 1, --samples-per-start >= 0 and --std (or --temperature) > 0")
     if args.samples_per_start == 0 and not args.keep_greedy_successes:
         parser.error("--samples-per-start 0 samples nothing: add --keep-greedy-successes (the greedy evaluations' "
                      "successes are then each round's new data), or sample at least 1 episode per start")

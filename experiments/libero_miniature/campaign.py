@@ -39,8 +39,8 @@ The anchors' protocol in miniature (issue 28, experiments/libero_miniature/READM
    starts greedy first. The SFT's reports (``evals/sft_*``) serve every method; the RL model's are ``evals/rl_*``
    (GRPO), ``evals/residual_*`` or ``evals/rft_*``;
 ``--head tokens`` fits the small policy's action-token head instead of the Gaussian (``policy.kwargs.head=tokens``,
-SFT by cross-entropy), runs GRPO with ``configs/libero_object_miniature_grpo_tokens.yaml`` (the anchors' settings) and
-samples the ``sampled`` evaluations at temperature 1.6; a campaign of its own (``<suite>_s<seed>_tokens/``, variant
+SFT by cross-entropy), runs GRPO with ``configs/libero_object_miniature_grpo_tokens.yaml`` (the anchors' settings),
+samples RFT's episodes and the ``sampled`` evaluations at temperature 1.6; a campaign of its own (``<suite>_s<seed>_tokens/``, variant
 ``protocol_tokens``), whose rows record ``head`` and ``temperature``.
 
 5. **curve**: ``experiments/libero_miniature/figures.py --no-grids``: ``<method>_curve.png`` / ``.md`` in the
@@ -95,6 +95,7 @@ MODES = {"greedy": [], "sampled": ["--stochastic", "--std", "0.05"]}
 #: anchors' settings, and sampled evaluations at the anchors' rollout temperature instead of a std
 TOKENS_GRPO_CONFIG = str(STUDY / "configs" / "libero_object_miniature_grpo_tokens.yaml")
 TOKENS_SAMPLED = ["--stochastic", "--temperature", "1.6"]
+TOKENS_RFT_FLAGS = ["--samples-per-start", "1", "--temperature", "1.6"]  # an RFT round samples the tokens the same way
 
 
 def copy_report(source: pathlib.Path, target: pathlib.Path) -> None:
@@ -312,7 +313,8 @@ class Campaign:
                 "sft", "train", "greedy", self.sft):
             copy_report(self.eval_dir("sft", "train", "greedy"), round_0)
         run([sys.executable, "trainers/rft.py", "--sft-config", SFT_CONFIG, "--demos", str(self.demos),
-             "--init-checkpoint", str(self.sft), "--init-states", starts, *self.task_flags(), *RFT_FLAGS,
+             "--init-checkpoint", str(self.sft), "--init-states", starts, *self.task_flags(),
+             *(TOKENS_RFT_FLAGS if self.args.head == "tokens" else RFT_FLAGS),
              "--rounds", str(self.args.rft_rounds), "--seed", str(self.args.seed), "--num-envs", str(self.args.num_envs),
              *(["--sync"] if self.args.sync else []), "--out", str(self.rl_run), f"env.id={self.env_id}", *RFT_FIT,
              *self.camera_overrides(policy=True), *self.args.rl_override])
