@@ -76,3 +76,22 @@ def test_figures_from_eval_dirs_and_a_grpo_log(tmp_path):
     assert curve_only.returncode == 0, curve_only.stderr[-3000:]
     assert (tmp_path / "figures" / "mini_curve_only_curve.png").is_file()
     assert not list((tmp_path / "figures").glob("mini_curve_only_*grid.gif"))  # the campaign's evals have no videos
+
+
+def test_a_ppo_runs_curve_counts_env_steps(tmp_path):
+    """A PPO run's TensorBoard counts decisions: over an ActionChunk env of K = 8 each is 8 env steps on the curve
+    (the campaign's ``--method ppo``), while a GRPO run's steps are env steps already."""
+    pytest.importorskip("tensorboard")
+    import yaml
+    from figures import env_steps_per_count, rl_curve
+    from torch.utils.tensorboard import SummaryWriter
+
+    config = yaml.safe_load((ROOT / "experiments/libero_miniature/configs/libero_object_miniature_ppo_tokens.yaml")
+                            .read_text())
+    (tmp_path / "ppo").mkdir()
+    (tmp_path / "ppo" / "config.yaml").write_text(yaml.safe_dump(config))
+    writer = SummaryWriter(str(tmp_path / "ppo" / "tensorboard"))
+    writer.add_scalar("env/success_once", 0.25, 256)
+    writer.close()
+    assert env_steps_per_count(tmp_path / "ppo") == 8 and env_steps_per_count(tmp_path) == 1
+    assert [row["steps"] for row in rl_curve(tmp_path / "ppo")] == [2048]

@@ -285,3 +285,12 @@ def test_the_token_head_makes_a_campaign_of_its_own(tmp_path):
     assert commands[-1][1] == "trainers/rft.py" and "policy.kwargs.head=tokens" in commands[-1]
     flags = " ".join(commands[-1])
     assert "--samples-per-start 1 --temperature 1.6" in flags and "--std" not in flags
+    # --method ppo: the comparison, on the same SFT and starts, token GRPO s3's env steps as PPO's decisions
+    ppo = module.Campaign(module.parse_args(["--suite", "object", "--seed", "0", "--head", "tokens", "--method", "ppo",
+                                             "--state", str(tmp_path)]))
+    ppo.train_rl()
+    assert commands[-1][1] == "trainers/ppo.py" and module.RL_CONFIGS["ppo"] in commands[-1]
+    assert {"total_timesteps=50789", "env.kwargs.init_states=0-39", "policy.kwargs.head=tokens"} <= set(commands[-1])
+    assert ppo.variant == "protocol_tokens" and ppo.eval_dir("rl", "train", "greedy").name == "ppo_train_greedy"
+    with pytest.raises(SystemExit):
+        module.parse_args(["--suite", "object", "--seed", "0", "--method", "ppo"])  # the Gaussian has no PPO config

@@ -7,6 +7,7 @@
     python experiments/libero_miniature/campaign.py --suite object --seed 1 --method residual  # on the same SFT
     python experiments/libero_miniature/campaign.py --suite spatial --seed 0 --method rft --cameras main wrist
     python experiments/libero_miniature/campaign.py --suite object --seed 0 --method grpo --head tokens  # action tokens
+    python experiments/libero_miniature/campaign.py --suite object --seed 0 --method ppo --head tokens  # the comparison
 
 The anchors' protocol in miniature (issue 28, experiments/libero_miniature/README.md), each step a product command:
 
@@ -26,7 +27,9 @@ The anchors' protocol in miniature (issue 28, experiments/libero_miniature/READM
    steps (48-80 min by host); ``--method rft``: ``trainers/rft.py`` from the SFT, ``--rft-rounds`` rounds (default
    1) of one sampled episode per training start (std 0.05) and a fit from scratch on the demos plus every success
    kept (4,800 steps), its round 0 the SFT's greedy report on the training starts (the same evaluation, read, not
-   played again). It comes before the evaluations because it is the long step: a session gives it its unbroken
+   played again); ``--method ppo --head tokens``: ``trainers/ppo.py`` with
+   ``configs/libero_object_miniature_ppo_tokens.yaml`` (a critic warmed up before the actor moves) from the token SFT,
+   episodes from the same starts, token GRPO s3's 406,307 env steps (PPO counts decisions of 8 env steps). It comes before the evaluations because it is the long step: a session gives it its unbroken
    hours (one process, so its TensorBoard is also the memory curve of an hour of LIBERO RL,
    ``experiments/reliability_soaks/memory_run.py``), and evaluations resume episode by episode anyway. Once it has
    its steps, what only a resume needs is dropped (optimizers, critics, the replay);
@@ -82,18 +85,22 @@ TABLE = str(STUDY / "table.py")  # writes the rows (``add``) into RESULTS, its d
 FIGURES = str(STUDY / "figures.py")
 RESULTS = HERE / "results.json"
 MODELS = HERE / "models"
-RL_STEPS = {"grpo": 400_000, "residual": 100_000}  # env steps: 2-4 h of GRPO, 48-80 min of residual RL on 2 cores
+#: env steps: 2-4 h of GRPO, 48-80 min of residual RL on 2 cores; PPO (the token comparison): token GRPO s3's
+RL_STEPS = {"grpo": 400_000, "residual": 100_000, "ppo": 406_307}
 #: the rows' variant (the residual rows of Object s0 came first; ``rft protocol`` beside the older RFT rows r200...)
-VARIANTS = {"grpo": "protocol", "residual": "", "rft": "protocol"}
+VARIANTS = {"grpo": "protocol", "residual": "", "rft": "protocol", "ppo": "protocol"}
 #: an RFT round's settings: one sampled episode per training start, the fit from scratch for 4,800 steps (twice the
 #: SFT's 2,400: the demos plus a few hundred successes are several times the SFT's 29 episodes)
 RFT_FLAGS = ["--samples-per-start", "1", "--std", "0.05"]
 RFT_FIT = ["sft.epochs=100", "sft.max_steps=4800"]
-METHOD_NAMES = {"grpo": "GRPO", "residual": "residual RL", "rft": "RFT"}  # in the curve's legend
+METHOD_NAMES = {"grpo": "GRPO", "residual": "residual RL", "rft": "RFT", "ppo": "PPO"}  # in the curve's legend
 MODES = {"greedy": [], "sampled": ["--stochastic", "--std", "0.05"]}
 #: ``--head tokens``: the small policy's action-token head (256 bins per dimension, cross-entropy), its GRPO at the
 #: anchors' settings, and sampled evaluations at the anchors' rollout temperature instead of a std
 TOKENS_GRPO_CONFIG = str(STUDY / "configs" / "libero_object_miniature_grpo_tokens.yaml")
+#: ``--method ppo`` (``--head tokens`` only): PPO with a warmed-up critic on the same tokens, the GRPO comparison
+RL_CONFIGS["ppo"] = str(STUDY / "configs" / "libero_object_miniature_ppo_tokens.yaml")
+CHUNK = 8  # env steps per decision of the study's ActionChunk: PPO counts decisions, the others env steps
 TOKENS_SAMPLED = ["--stochastic", "--temperature", "1.6"]
 TOKENS_RFT_FLAGS = ["--samples-per-start", "1", "--temperature", "1.6"]  # an RFT round samples the tokens the same way
 
@@ -191,12 +198,14 @@ class Campaign:
         return checkpoints[-1] if checkpoints else None
 
     def rl_steps_done(self) -> int:
+        """Env steps the RL run has (a PPO run's decisions count ``CHUNK`` each, as table.py's budget does)."""
         checkpoint = self.rl_checkpoint()
         if checkpoint is None or self.method == "rft":
             return 0
         import torch
 
-        return int(torch.load(checkpoint, map_location="cpu", weights_only=False)["counters"]["num_timesteps"])
+        counted = int(torch.load(checkpoint, map_location="cpu", weights_only=False)["counters"]["num_timesteps"])
+        return counted * (CHUNK if self.method == "ppo" else 1)
 
     def rft_rounds_done(self) -> int:
         """Rounds of the RFT run fitted and evaluated (its ``rft.json`` rows after round 0)."""
@@ -272,13 +281,16 @@ class Campaign:
         starts = self.args.train_rl_init_states
         if self.method == "grpo":
             method = [f"grpo.init_checkpoint={self.sft}", f"grpo.train_init_states={starts}"]
+        elif self.method == "ppo":  # its episodes start from the training starts alone
+            method = [f"ppo.init_checkpoint={self.sft}", f"env.kwargs.init_states=0-{starts - 1}"]
         else:
             method = [f"policy.kwargs.base_checkpoint={repo_relative(self.sft)}", f"residual.train_init_states={starts}"]
         config = TOKENS_GRPO_CONFIG if self.method == "grpo" and self.args.head == "tokens" else RL_CONFIGS[self.method]
+        counted = -(-self.rl_steps // CHUNK) if self.method == "ppo" else self.rl_steps  # PPO: decisions
         command = [sys.executable, f"trainers/{self.method}.py", "--config", config,
                    f"env.id={self.env_id}", f"run_dir={self.state}", f"name={self.method}", f"seed={self.args.seed}",
-                   *method, f"total_timesteps={self.rl_steps}", "checkpoint.keep_last=1",
-                   *self.camera_overrides(policy=self.method == "grpo"), *self.args.rl_override]
+                   *method, f"total_timesteps={counted}", "checkpoint.keep_last=1",
+                   *self.camera_overrides(policy=self.method != "residual"), *self.args.rl_override]
         left = self.minutes_left()
         if left is not None:
             command.append(f"time_limit_s={int(60 * left)}")
@@ -408,7 +420,8 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--seed", type=int, required=True, help="the training seed of SFT and RL")
     parser.add_argument("--method", default="grpo", choices=sorted(RL_CONFIGS),
                         help="grpo: GRPO from the SFT; residual: residual RL on the frozen SFT; rft: rounds of "
-                             "rejection-sampling fine-tuning from it (same SFT and its reports)")
+                             "rejection-sampling fine-tuning from it; ppo (--head tokens): PPO with a warmed-up "
+                             "critic on its tokens (same SFT and its reports)")
     parser.add_argument("--rft-rounds", type=int, default=1, help="--method rft: rounds of sampling and fitting")
     parser.add_argument("--sft-checkpoint", help="adopt this SFT checkpoint instead of fitting one")
     parser.add_argument("--rl-steps", type=int, default=None,
@@ -443,7 +456,11 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--work", default=None, help="scratch for demos and the SFT run (default: the --state folder)")
     parser.add_argument("--export-dir", default=str(MODELS), help="where the rows' models are exported")
     parser.add_argument("--results", default=str(RESULTS), help="the rows (table.py's results.json)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.method == "ppo" and args.head != "tokens":
+        parser.error("--method ppo is the token GRPO comparison (configs/libero_object_miniature_ppo_tokens.yaml): "
+                     "add --head tokens")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

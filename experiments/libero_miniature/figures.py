@@ -47,12 +47,23 @@ def rl_curve(run: pathlib.Path) -> list[dict]:
     the greedy success of each round's model on the starts it trains on (round 0: the initial policy, at 0 env
     steps), at the env steps sampled so far."""
     if not (run / "rft.json").is_file():
-        return with_wall_minutes(_sft_then_rl().grpo_curve(run))
+        per_count = env_steps_per_count(run)
+        return with_wall_minutes([dict(row, steps=row["steps"] * per_count) for row in _sft_then_rl().grpo_curve(run)])
     curve, steps = [], 0
     for row in json.loads((run / "rft.json").read_text())["rows"]:
         steps += int(row.get("env_steps") or 0)
         curve.append({"steps": steps, "env/success_once": float(row["greedy"])})
     return curve
+
+
+def env_steps_per_count(run: pathlib.Path) -> int:
+    """Env steps per step of the run's TensorBoard axis: a PPO run counts decisions, K env steps each over an
+    ActionChunk env (table.py's budget counts them the same way); GRPO and residual RL count env steps."""
+    import yaml
+    from table import chunk_size  # this folder's table.py (a script's folder is on its path)
+
+    config = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").is_file() else {}
+    return chunk_size(config) if "ppo" in (config or {}) else 1
 
 
 def with_wall_minutes(curve: list[dict]) -> list[dict]:
