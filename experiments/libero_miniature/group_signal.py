@@ -64,13 +64,14 @@ def row(report: dict, head: str | None) -> dict:
     settings = report.get("settings", {})
     starts = sorted({(e["spec"].get("task_id"), e["spec"].get("init_state_id")) for e in report["episodes"]})
     return {"checkpoint": settings.get("checkpoint"), "head": head, "temperature": settings.get("temperature"),
+            **({"top_k": settings["top_k"]} if settings.get("top_k") is not None else {}),
             "std": settings.get("std"), "init_states": sorted({i for _, i in starts if i is not None}),
             "tasks": len({t for t, _ in starts}), **signal(groups(report["episodes"])), "commit": git_commit()}
 
 
 def record(path: pathlib.Path, new: dict) -> None:
     """Add ``new`` to the rows at ``path``, replacing a row of the same checkpoint, sampling and starts."""
-    key = ("checkpoint", "temperature", "std", "init_states", "group_size")
+    key = ("checkpoint", "temperature", "top_k", "std", "init_states", "group_size")
     rows = json.loads(path.read_text())["rows"] if path.is_file() else []
     rows = [r for r in rows if tuple(r.get(k) for k in key) != tuple(new.get(k) for k in key)] + [new]
     write_results(path, {"rows": rows})
@@ -83,11 +84,16 @@ def table(rows: list[dict]) -> str:
         ...         "tasks": 10, "groups": 20, "group_size": 8, "mixed": 0.875, "all_success": 0.0, "all_fail": 0.125,
         ...         "success": 0.31875, "commit": "69f2d71"}]).splitlines()[2]
         '| tokens | temperature 1.6 | 20 x 8 (init states 20-21, 10 tasks) | 31.9 % | **87.5 %** | 0.0 % | 12.5 % | m.pt | 69f2d71 |'
+        >>> table([{"checkpoint": "m.pt", "head": "tokens", "temperature": 1.0, "top_k": 5, "std": None,
+        ...         "init_states": [20], "tasks": 10, "groups": 10, "group_size": 8, "mixed": 0.5, "all_success": 0.1,
+        ...         "all_fail": 0.4, "success": 0.3, "commit": "abc1234"}]).splitlines()[2].split(" | ")[1]
+        'temperature 1.0, top 5'
     """
     lines = ["| head | sampled at | groups x G (starts) | episode success | mixed groups | all success | all fail | "
              "model | commit |", "|---|---|---|---:|---:|---:|---:|---|---|"]
     for r in rows:
         how = f"temperature {r['temperature']}" if r.get("temperature") is not None else f"std {r['std']}"
+        how += f", top {r['top_k']}" if r.get("top_k") is not None else ""
         starts = f"init states {min(r['init_states'])}-{max(r['init_states'])}, {r['tasks']} tasks"
         lines.append(f"| {r['head']} | {how} | {r['groups']} x {r['group_size']} ({starts}) | {r['success']:.1%} | "
                      f"**{r['mixed']:.1%}** | {r['all_success']:.1%} | {r['all_fail']:.1%} | "
