@@ -95,3 +95,28 @@ def test_a_ppo_runs_curve_counts_env_steps(tmp_path):
     writer.close()
     assert env_steps_per_count(tmp_path / "ppo") == 8 and env_steps_per_count(tmp_path) == 1
     assert [row["steps"] for row in rl_curve(tmp_path / "ppo")] == [2048]
+
+
+def test_token_spread_reads_the_committed_token_sft_on_recorded_frames(tmp_path, capsys):
+    """experiments/libero_miniature/token_spread.py in short form: the study's token SFT on the frames of a short
+    recorded LIBERO episode; a Gaussian model is refused by name."""
+    pytest.importorskip("libero")
+    pytest.importorskip("pyarrow")
+    from short_runs import SHORT_IMAGE_SIZE
+    from token_spread import main as token_spread
+
+    from vla_gym.data.record import record_demos
+
+    demos = tmp_path / "demos"
+    record_demos("VLA/LiberoObject-v0", demos, episodes_per_task=1, task_ids=[0], keep_failures=True,
+                 progress=False, cameras=["main"], image_size=SHORT_IMAGE_SIZE, max_episode_steps=8)
+    models = ROOT / "experiments" / "libero_miniature" / "models"
+    assert token_spread(["--checkpoint", str(models / "libero_object_seed0_sft_protocol_tokens.pt"), "--dataset",
+                         str(demos), "--frames", "4", "--temperatures", "1.0", "1.6", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [r["temperature"] for r in rows] == [1.0, 1.6]
+    assert rows[0]["entropy"] < rows[1]["entropy"] and rows[0]["top_mass"]["1"] > rows[1]["top_mass"]["1"]
+    with pytest.raises(SystemExit):
+        token_spread(["--checkpoint", str(models / "libero_object_seed0_sft_3demos_fitted.pt"), "--dataset",
+                      str(demos)])
+    assert "no action-token head" in capsys.readouterr().err
