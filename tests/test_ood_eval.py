@@ -328,14 +328,9 @@ def test_eval_samples_with_the_noise_and_std_asked_for(tmp_path, capsys):
                       "--std", "0.05", "--out", str(out), "--device", "cpu"]) == 0
     assert json.loads((out / "eval.json").read_text())["episodes"]
     assert eval_main(["--checkpoint", str(checkpoint), "--std", "0.05"]) == 2
-    assert "--std, --noise, --temperature and --top-k set how actions are sampled: add --stochastic" in \
-        capsys.readouterr().err
+    assert "--std, --noise and --temperature set how actions are sampled: add --stochastic" in capsys.readouterr().err
     assert eval_main(["--checkpoint", str(checkpoint), "--stochastic", "--temperature", "1.6"]) == 2
     assert "samples with a std, not at a temperature" in capsys.readouterr().err  # a Gaussian policy
-    assert eval_main(["--checkpoint", str(checkpoint), "--stochastic", "--top-k", "5"]) == 2
-    assert "not at a temperature or from the top k" in capsys.readouterr().err
-    assert eval_main(["--checkpoint", str(checkpoint), "--stochastic", "--top-k", "0"]) == 2
-    assert "--top-k must be >= 1, got 0" in capsys.readouterr().err
 
 
 def test_noise_sweep_script_evaluates_each_setting_once_and_writes_its_rows(tmp_path, capsys):

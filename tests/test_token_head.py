@@ -71,34 +71,6 @@ def test_the_head_sets_a_temperature_and_refuses_a_std():
 
 
 @pytest.mark.quick
-def test_top_k_samples_stay_in_the_k_likeliest_bins_and_log_probs_stay_the_full_distributions():
-    """``top_k``: each token is drawn from its k most likely bins in proportion to their tempered probabilities; the
-    log-probs (the ratio's) and the entropy are the full distribution's; set by the head, refused by a Gaussian."""
-    from vla_gym.trainers.policies.distributions import GaussianHead
-
-    logits = torch.tensor([0.0, 3.0, 2.5, 2.0, 1.0, -1.0]).repeat(4000, 1, 1)  # 4000 draws of one token
-    full = BinnedCategorical(logits, temperature=1.6)
-    top3 = BinnedCategorical(logits, temperature=1.6, top_k=3)
-    drawn = top3.bins(top3.sample())[:, 0]
-    assert set(drawn.unique().tolist()) == {1, 2, 3}
-    expected = full.logits[0, 0, 1:4].exp() / full.logits[0, 0, 1:4].exp().sum()
-    observed = torch.stack([(drawn == b).float().mean() for b in (1, 2, 3)])
-    torch.testing.assert_close(observed, expected, atol=0.03, rtol=0)
-    actions = top3.sample()
-    torch.testing.assert_close(top3.log_prob(actions), full.log_prob(actions))
-    torch.testing.assert_close(top3.entropy(), full.entropy())
-    head = TokenHead(8, (7,), temperature=1.6, top_k=5)
-    assert head(torch.randn(2, 8)).top_k == 5
-    head.set_exploration(top_k=2)
-    assert head(torch.randn(2, 8)).top_k == 2
-    for bad in (0, 2.5):
-        with pytest.raises(ValueError, match="top_k must be a positive integer"):
-            TokenHead(8, (7,), top_k=bad)
-    with pytest.raises(ValueError, match="not at a temperature or from the top k"):
-        GaussianHead(8, (7,)).set_exploration(top_k=5)
-
-
-@pytest.mark.quick
 def test_cross_entropy_learns_where_demos_agree_and_keeps_both_modes_where_they_differ():
     """Behaviour cloning by cross-entropy: one dimension always +0.5 (one mode), the other half -0.5 / half +0.5 (two
     modes): the token head puts its mass on each mode; sampling stays on them, unlike a mean between them."""
@@ -154,10 +126,3 @@ def test_the_small_policy_with_tokens_acts_scores_and_imitates():
         SmallVLAPolicy(obs_space, spaces.Box(-1, 1, (7,), np.float32), image_size=None, head="beta")
     with pytest.raises(ValueError, match="noise: step"):
         SmallVLAPolicy(obs_space, spaces.Box(-1, 1, (2, 7), np.float32), image_size=None, head="tokens", noise="chunk")
-    with pytest.raises(ValueError, match="top_k samples action tokens"):
-        SmallVLAPolicy(obs_space, spaces.Box(-1, 1, (7,), np.float32), image_size=None, top_k=5)
-    top5 = SmallVLAPolicy(obs_space, spaces.Box(-1, 1, (2, 7), np.float32), image_size=None, head="tokens",
-                          temperature=1.6, top_k=5)
-    assert top5.action_head.top_k == 5
-    top5.set_exploration(top_k=1)  # the mode only: sampling is greedy
-    torch.testing.assert_close(top5.act(obs)[0], top5.act(obs, deterministic=True)[0])

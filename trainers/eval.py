@@ -133,9 +133,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=None,
                         help="with --stochastic and a token head (policy.kwargs.head=tokens): sample at this "
                              "temperature, not the checkpoint's (the anchors' rollouts: 1.6)")
-    parser.add_argument("--top-k", type=int, default=None,
-                        help="with --stochastic and a token head: sample each token from its k most likely bins, not "
-                             "as the checkpoint's policy.kwargs.top_k says")
     parser.add_argument("--repeats", type=int, default=1,
                         help="with --stochastic: play each (task, init state) N times, so that a start's successes "
                              "out of N estimate its success probability (default 1)")
@@ -223,9 +220,9 @@ def evaluate_checkpoint(request: EvalRequest, state: dict, cfg, rows: list | Non
     if cfg.torch_threads:  # the run's own setting, as the trainers apply it (more threads than cores spin)
         torch.set_num_threads(cfg.torch_threads)
     policy = load_policy(state, dist.device)
-    if any(value is not None for value in (request.std, request.noise, request.temperature, request.top_k)):
+    if request.std is not None or request.noise is not None or request.temperature is not None:
         try:
-            policy.set_exploration(request.std, request.noise, temperature=request.temperature, top_k=request.top_k)
+            policy.set_exploration(request.std, request.noise, temperature=request.temperature)
         except (ValueError, TypeError) as exc:  # e.g. a temperature for a Gaussian head
             raise UsageError(f"trainers/eval.py: {exc}") from None
 
@@ -259,9 +256,8 @@ def report_settings(request: EvalRequest, world_size: int) -> dict:
                 "std": request.std, "noise": request.noise, "processes": world_size}
     if request.repeats != 1:  # only then: a killed evaluation logged before --repeats existed still resumes
         settings["repeats"] = request.repeats
-    for key in ("temperature", "top_k"):  # likewise
-        if getattr(request, key) is not None:
-            settings[key] = getattr(request, key)
+    if request.temperature is not None:  # likewise
+        settings["temperature"] = request.temperature
     return settings
 
 
@@ -342,8 +338,7 @@ def evaluate_episodes(env_cfg, kwargs: dict, policy, args: EvalRequest, video_ep
             envs.single_observation_space, env_kwargs, env_attr(envs, "texture_colorspace")))
         stamp["env"]["wrappers"] = wrappers
         settings = {"checkpoint": str(args.checkpoint), "deterministic": not args.stochastic, "std": args.std,
-                    "noise": args.noise, "temperature": args.temperature, "top_k": args.top_k, "repeats": args.repeats,
-                    "seed": args.seed, "num_envs": args.num_envs, "processes": dist.world_size,
+                    "noise": args.noise, "temperature": args.temperature, "repeats": args.repeats, "seed": args.seed, "num_envs": args.num_envs, "processes": dist.world_size,
                     "render_shift": waived, "only_failed_in": only_failed}
         summary = write_report(gathered, out, header=f"{header} ({len(gathered)} episodes)", receipt=stamp,
                                settings=settings)

@@ -93,7 +93,7 @@ def table(rows: list[dict]) -> str:
              "model | commit |", "|---|---|---|---:|---:|---:|---:|---|---|"]
     for r in rows:
         how = f"temperature {r['temperature']}" if r.get("temperature") is not None else f"std {r['std']}"
-        how += f", top {r['top_k']}" if r.get("top_k") is not None else ""
+        how += f", top {r['top_k']}" if r.get("top_k") is not None else ""  # the row of screen s4's removed top_k
         starts = f"init states {min(r['init_states'])}-{max(r['init_states'])}, {r['tasks']} tasks"
         lines.append(f"| {r['head']} | {how} | {r['groups']} x {r['group_size']} ({starts}) | {r['success']:.1%} | "
                      f"**{r['mixed']:.1%}** | {r['all_success']:.1%} | {r['all_fail']:.1%} | "

@@ -5,9 +5,9 @@ and how far a sample lands from the mode (in bins), on the frames of a demo data
         --checkpoint experiments/libero_miniature/models/libero_object_seed0_sft_protocol_tokens.pt \
         --dataset runs/libero_rl_campaign/object_s1_tokens/demos --frames 96
 
-It reads what ``top_k`` (policy.kwargs.top_k, ``trainers/eval.py --top-k``) would keep: at temperature 1.6 a token
-whose 10 likeliest bins hold 81 % of its mass draws outside them one time in five. Bins are OpenVLA's 256 over the
-action range, so 10 bins are 8 % of it (the Gaussian head's exploration std 0.05 moves a dimension 5 bins on average).
+At temperature 1.6 the study's token SFT draws a token more than 10 bins from its mode nearly one time in four.
+Bins are OpenVLA's 256 over the action range, so 10 bins are 8 % of it (the Gaussian head's exploration std 0.05
+moves a dimension 5 bins on average).
 
     >>> spread(torch.tensor([[[0.0, 0.0, -100.0, -100.0]]]).log_softmax(-1), tops=(1, 2))["top_mass"]
     {1: 0.5, 2: 1.0}

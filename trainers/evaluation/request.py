@@ -44,8 +44,6 @@ class EvalRequest:
     noise: str | None = None
     #: with a token head: sample at this temperature, not the checkpoint's (None: the checkpoint's)
     temperature: float | None = None
-    #: with a token head: sample from each token's k most likely bins (None: the checkpoint's)
-    top_k: int | None = None
     repeats: int = 1
     num_envs: int = 1
     #: the (task, init state) pairs ``--only-failed-in`` keeps (None: every selected one)
@@ -61,18 +59,17 @@ class EvalRequest:
 def request_from_args(args: argparse.Namespace, plan: ReplayPlan | None = None) -> EvalRequest:
     """The command line as an :class:`EvalRequest` (with ``--replay``, the report's own checkpoint and sampling);
     :class:`UsageError` naming the flag to change otherwise."""
-    checkpoint, stochastic, std, noise, temperature, top_k = (args.checkpoint, args.stochastic, args.std, args.noise,
-                                                              args.temperature, args.top_k)
+    checkpoint, stochastic, std, noise, temperature = (args.checkpoint, args.stochastic, args.std, args.noise,
+                                                       args.temperature)
     allow_render_shift, out = args.allow_render_shift, args.out
     if plan is not None:
         if (args.ood is not None or args.stochastic or args.std is not None or args.noise is not None
-                or args.temperature is not None or args.top_k is not None or args.only_failed_in
-                or args.repeats != 1):
+                or args.temperature is not None or args.only_failed_in or args.repeats != 1):
             raise UsageError("--replay plays the report's own episodes and settings: drop "
-                             "--ood/--stochastic/--std/--noise/--temperature/--top-k/--only-failed-in/--repeats")
+                             "--ood/--stochastic/--std/--noise/--temperature/--only-failed-in/--repeats")
         checkpoint = checkpoint or plan.checkpoint
         stochastic = not plan.settings.get("deterministic", True)
-        std, noise, temperature, top_k = (plan.settings.get(key) for key in ("std", "noise", "temperature", "top_k"))
+        std, noise, temperature = (plan.settings.get(key) for key in ("std", "noise", "temperature"))
         allow_render_shift = allow_render_shift or bool(plan.settings.get("render_shift"))  # as it was played
         out = out or str(pathlib.Path(args.replay).parent / "replay")
     problems = [
@@ -81,10 +78,9 @@ def request_from_args(args: argparse.Namespace, plan: ReplayPlan | None = None) 
         (args.record_dataset and args.ood is not None, "--record-dataset records one evaluation: drop --ood"),
         (args.only_failed_in and args.ood is not None,
          "--only-failed-in selects episodes of one evaluation: drop --ood"),
-        ((std is not None or noise is not None or temperature is not None or top_k is not None) and not stochastic,
-         "--std, --noise, --temperature and --top-k set how actions are sampled: add --stochastic"),
+        ((std is not None or noise is not None or temperature is not None) and not stochastic,
+         "--std, --noise and --temperature set how actions are sampled: add --stochastic"),
         (temperature is not None and not temperature > 0, f"--temperature must be > 0, got {temperature}"),
-        (top_k is not None and not top_k >= 1, f"--top-k must be >= 1, got {top_k}"),
         (args.repeats < 1, f"--repeats must be >= 1, got {args.repeats}"),
         (args.repeats > 1 and not stochastic,
          "--repeats plays each start again, and a greedy episode replays exactly: add --stochastic"),
@@ -116,7 +112,6 @@ def request_from_args(args: argparse.Namespace, plan: ReplayPlan | None = None) 
     return EvalRequest(
         checkpoint=checkpoint, out=pathlib.Path(out) if out else default_report_dir(pathlib.Path(checkpoint)),
         episodes_per_task=episodes_per_task, tasks=args.tasks, first_init_state=first_init_state, seed=args.seed,
-        stochastic=stochastic, std=std, noise=noise, temperature=temperature, top_k=top_k, repeats=args.repeats,
-        num_envs=args.num_envs,
+        stochastic=stochastic, std=std, noise=noise, temperature=temperature, repeats=args.repeats, num_envs=args.num_envs,
         failed_starts=failed_starts, record_dataset=args.record_dataset, successes_only=args.successes_only,
         allow_render_shift=allow_render_shift, video_episodes=args.video_episodes, replay=args.replay)

@@ -146,17 +146,14 @@ class DistributionPolicy(Policy):
         return self._heads(obs)[0]
 
     def set_exploration(self, std: float | None = None, noise: str | None = None,
-                        temperature: float | None = None, top_k: int | None = None) -> None:
+                        temperature: float | None = None) -> None:
         """Sample with this std (every dimension) and/or noise shape (``step`` | ``chunk``) from now on, with a
-        Gaussian ``action_head``; at this ``temperature`` and/or from each token's ``top_k`` bins with a token head
-        (trainers/policies/distributions.py)."""
+        Gaussian ``action_head``; at this ``temperature`` with a token head (trainers/policies/distributions.py)."""
         head = getattr(self, "action_head", None)
         if not hasattr(head, "set_exploration"):
             raise TypeError(f"{type(self).__name__} has no Gaussian or token action_head: its exploration cannot be "
                             "set")
-        token_settings = {key: value for key, value in (("temperature", temperature), ("top_k", top_k))
-                          if value is not None}
-        head.set_exploration(std, noise, **token_settings)
+        head.set_exploration(std, noise, **({} if temperature is None else {"temperature": temperature}))
 
     def executed_actions(self, actions: torch.Tensor) -> torch.Tensor:
         """``actions`` (in the policy's action space) clipped so that :meth:`to_env_actions` would not clip them:

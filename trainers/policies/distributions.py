@@ -165,23 +165,15 @@ class BinnedCategorical:
     mode is a bin centre; ``log_prob`` reads each action's bin, so a clipped or demonstrated action has the
     log-prob of the bin it falls in. ``per_dim=True``: one log-prob per action dimension (one token each).
 
-    ``top_k``: samples come from each token's ``top_k`` most likely bins only (renormalised; RIPT-VLA's small policy
-    samples its codes from the top 5), so that exploration stays on the modes; log-probs and entropy remain the full
-    tempered distribution's, as RIPT-VLA scores its top-k samples, so the ratio never meets a bin that left the top k.
-
         >>> dist = BinnedCategorical(torch.zeros(1, 2, 4), temperature=1.0)     # 2 dims, 4 bins of [-1, 1]
         >>> dist.mode().tolist(), round(dist.log_prob(torch.tensor([[0.9, -0.1]])).item(), 4)
         ([[-0.75, -0.75]], -2.7726)
-        >>> BinnedCategorical(torch.tensor([[[0.0, 5.0, 4.0, -9.0]]]), top_k=1).sample().tolist()   # the mode (bin 1) only
-        [[-0.25]]
     """
 
-    def __init__(self, logits: torch.Tensor, temperature: float = 1.0, low: float = -1.0, high: float = 1.0,
-                 top_k: int | None = None):
+    def __init__(self, logits: torch.Tensor, temperature: float = 1.0, low: float = -1.0, high: float = 1.0):
         self.logits = (logits / temperature).log_softmax(-1)
         self.n_bins, self.low, self.high = logits.shape[-1], low, high
         self.width = (high - low) / self.n_bins
-        self.top_k = check_top_k(top_k)
 
     def bins(self, actions: torch.Tensor) -> torch.Tensor:
         """The bin index of each action value (values outside ``[low, high]`` in the end bins); in float64, as
@@ -193,11 +185,7 @@ class BinnedCategorical:
         return self.low + (bins.to(self.logits.dtype) + 0.5) * self.width
 
     def sample(self) -> torch.Tensor:
-        scores = self.logits - standard_exponential(self.logits).log()  # Gumbel-max
-        if self.top_k is not None and self.top_k < self.n_bins:  # Gumbel-max over the top k: a top-k sample
-            kth = self.logits.topk(self.top_k, dim=-1).values[..., -1:]
-            scores = scores.masked_fill(self.logits < kth, float("-inf"))
-        return self.centres(scores.argmax(-1))
+        return self.centres((self.logits - standard_exponential(self.logits).log()).argmax(-1))  # Gumbel-max
 
     def mode(self) -> torch.Tensor:
         return self.centres(self.logits.argmax(-1))
@@ -231,13 +219,12 @@ class TokenHead(nn.Module):
     noise = "step"
 
     def __init__(self, in_dim: int, shape: tuple[int, ...], n_bins: int = 256, temperature: float = 1.0,
-                 low: float = -1.0, high: float = 1.0, token_dim: int = 32, top_k: int | None = None):
+                 low: float = -1.0, high: float = 1.0, token_dim: int = 32):
         super().__init__()
         self.shape, self.n_bins, self.low, self.high = tuple(shape), int(n_bins), float(low), float(high)
         if self.n_bins < 2:
             raise ValueError(f"n_bins must be at least 2, got {n_bins}")
         self.temperature = check_temperature(temperature)
-        self.top_k = check_top_k(top_k)
         self.token_dim = int(token_dim)
         self.mean = nn.Linear(in_dim, math.prod(self.shape) * self.token_dim)  # each token's features
         self.bins = nn.Linear(self.token_dim, self.n_bins)  # shared by every token, as a VLA's output layer
@@ -245,12 +232,11 @@ class TokenHead(nn.Module):
     def forward(self, features: torch.Tensor, temperature: float | None = None) -> BinnedCategorical:
         logits = self.bins(self.mean(features).view(-1, *self.shape, self.token_dim))
         return BinnedCategorical(logits, self.temperature if temperature is None else temperature, self.low,
-                                 self.high, self.top_k)
+                                 self.high)
 
     def set_exploration(self, std: float | None = None, noise: str | None = None,
-                        temperature: float | None = None, top_k: int | None = None) -> None:
-        """Sample at ``temperature`` and/or from each token's ``top_k`` bins from now on (a token head has no std:
-        ``std`` is refused)."""
+                        temperature: float | None = None) -> None:
+        """Sample at ``temperature`` from now on (a token head has no std: ``std`` is refused)."""
         if std is not None:
             raise ValueError("an action-token head samples at a temperature, not with a std: set its temperature "
                              "(policy.kwargs.temperature) instead of an exploration std")
@@ -258,20 +244,12 @@ class TokenHead(nn.Module):
             raise ValueError(f"noise {noise!r}: an action-token head draws every token on its own (noise 'step')")
         if temperature is not None:
             self.temperature = check_temperature(temperature)
-        if top_k is not None:
-            self.top_k = check_top_k(top_k)
 
 
 def check_temperature(temperature: float) -> float:
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     return float(temperature)
-
-
-def check_top_k(top_k: int | None) -> int | None:
-    if top_k is not None and (int(top_k) != top_k or top_k < 1):
-        raise ValueError(f"top_k must be a positive integer (or null: every bin), got {top_k}")
-    return None if top_k is None else int(top_k)
 
 
 class GaussianHead(nn.Module):
@@ -290,12 +268,12 @@ class GaussianHead(nn.Module):
         return ChunkGaussian(mean, self.log_std) if self.noise == "chunk" else DiagGaussian(mean, self.log_std)
 
     def set_exploration(self, std: float | None = None, noise: str | None = None,
-                        temperature: float | None = None, top_k: int | None = None) -> None:
+                        temperature: float | None = None) -> None:
         """Sample with standard deviation ``std`` in every dimension and/or with noise shape ``noise`` from now on
         (e.g. RL exploration after an SFT whose MSE never trained ``log_std``)."""
-        if temperature is not None or top_k is not None:
-            raise ValueError("a Gaussian action head samples with a std, not at a temperature or from the top k "
-                             "bins: set an exploration std, or train the policy with policy.kwargs.head=tokens")
+        if temperature is not None:
+            raise ValueError("a Gaussian action head samples with a std, not at a temperature: set an exploration "
+                             "std, or train the policy with policy.kwargs.head=tokens")
         if std is not None:
             if not std > 0:
                 raise ValueError(f"exploration std must be > 0, got {std}")

@@ -16,8 +16,7 @@
   (``head``): ``gaussian``, a Gaussian over the action (chunk) with a state-independent log std (``noise="chunk"``:
   one draw per action chunk, shared by its steps), fitted by MSE; or ``tokens``, per chunk step and action
   dimension a categorical over 256 bins of the action space (OpenVLA's layout), fitted by cross-entropy, greedy =
-  the most likely bin's centre, sampled at ``temperature`` (the anchors' RL rollouts: 1.6) and, with ``top_k``,
-  from each token's k most likely bins only (RIPT-VLA's small policy: 5), log-probs per token.
+  the most likely bin's centre, sampled at ``temperature`` (the anchors' RL rollouts: 1.6), log-probs per token.
 
 Parameters: EfficientNet 3.4 M and MiniLM 22.7 M (both frozen; MiniLM lives outside the module) and about
 1 M trained ones (keypoint convs, MLPs, log std); checkpoints hold only the trained ones
@@ -270,7 +269,6 @@ class SmallVLAPolicy(TrainableStateMixin, DistributionPolicy):
         noise: str = "step",
         head: str = "gaussian",
         temperature: float = 1.0,
-        top_k: int | None = None,
         critic: bool = True,
         action_stats: dict | None = None,
         feature_cache: int = 4096,
@@ -304,9 +302,6 @@ class SmallVLAPolicy(TrainableStateMixin, DistributionPolicy):
         self.norm = nn.LayerNorm(width)
         self.pi_net, pi_dim = mlp(width, hidden_sizes, "gelu")
         if head == "gaussian":
-            if top_k is not None:
-                raise ValueError("policy.kwargs.top_k samples action tokens: set head: tokens, or drop top_k (a "
-                                 "Gaussian head samples with a std)")
             self.action_head = GaussianHead(pi_dim, action_space.shape, log_std_init, noise)
         elif head == "tokens":
             if noise != "step":
@@ -317,8 +312,7 @@ class SmallVLAPolicy(TrainableStateMixin, DistributionPolicy):
             if not (np.isfinite(low) and np.isfinite(high)):
                 raise ValueError(f"head: tokens bins a bounded action space; {action_space} is unbounded (pass "
                                  "policy.kwargs.action_stats to bin normalised actions)")
-            self.action_head = TokenHead(pi_dim, action_space.shape, ACTION_BINS, temperature, low, high,
-                                         top_k=top_k)
+            self.action_head = TokenHead(pi_dim, action_space.shape, ACTION_BINS, temperature, low, high)
         else:
             raise ValueError(f"policy.kwargs.head={head!r}: use 'gaussian' (MSE-fitted mean, a std) or 'tokens' "
                              f"({ACTION_BINS} bins per action dimension, cross-entropy, sampled at a temperature)")
