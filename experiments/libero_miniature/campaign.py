@@ -29,9 +29,10 @@ The anchors' protocol in miniature (issue 28, experiments/libero_miniature/READM
    kept (4,800 steps), its round 0 the SFT's greedy report on the training starts (the same evaluation, read, not
    played again); ``--method ppo --head tokens``: ``trainers/ppo.py`` with
    ``configs/libero_object_miniature_ppo_tokens.yaml`` (a critic warmed up before the actor moves) from the token SFT,
-   episodes from the same starts, token GRPO s3's 406,307 env steps (PPO counts decisions of 8 env steps). It comes before the evaluations because it is the long step: a session gives it its unbroken
-   hours (one process, so its TensorBoard is also the memory curve of an hour of LIBERO RL,
-   ``experiments/reliability_soaks/memory_run.py``), and evaluations resume episode by episode anyway. Once it has
+   episodes from the same starts, token GRPO s3's 406,307 env steps (PPO counts decisions of 8 env steps). It comes
+   before the evaluations because it is the long step: a session gives it its unbroken hours (one process, so its
+   TensorBoard is also the memory curve of an hour of LIBERO RL, ``experiments/reliability_soaks/memory_run.py``),
+   and evaluations resume episode by episode anyway. Once it has
    its steps, what only a resume needs is dropped (optimizers, critics, the replay);
 4. **evaluations and rows**, one (split, mode) pair at a time: ``trainers/eval.py`` of the SFT model, then of the
    run's last checkpoint, on the training starts (init states 0-39 of every task, 400 episodes) or the held-out
@@ -43,8 +44,8 @@ The anchors' protocol in miniature (issue 28, experiments/libero_miniature/READM
    (GRPO), ``evals/residual_*`` or ``evals/rft_*``;
 ``--head tokens`` fits the small policy's action-token head instead of the Gaussian (``policy.kwargs.head=tokens``,
 SFT by cross-entropy), runs GRPO with ``configs/libero_object_miniature_grpo_tokens.yaml`` (the anchors' settings),
-samples RFT's episodes and the ``sampled`` evaluations at temperature 1.6; a campaign of its own (``<suite>_s<seed>_tokens/``, variant
-``protocol_tokens``), whose rows record ``head`` and ``temperature``.
+samples RFT's episodes and the ``sampled`` evaluations at temperature 1.6; a campaign of its own
+(``<suite>_s<seed>_tokens/``, variant ``protocol_tokens``), whose rows record ``head`` and ``temperature``.
 
 5. **curve**: ``experiments/libero_miniature/figures.py --no-grids``: ``<method>_curve.png`` / ``.md`` in the
    campaign folder, the success of the RL run's rollouts per update (GRPO) or round (residual), or of each RFT
