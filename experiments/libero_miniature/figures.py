@@ -60,10 +60,18 @@ def env_steps_per_count(run: pathlib.Path) -> int:
     """Env steps per step of the run's TensorBoard axis: a PPO run counts decisions, K env steps each over an
     ActionChunk env (table.py's budget counts them the same way); GRPO and residual RL count env steps."""
     import yaml
-    from table import chunk_size  # this folder's table.py (a script's folder is on its path)
 
     config = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").is_file() else {}
-    return chunk_size(config) if "ppo" in (config or {}) else 1
+    return _study_table().chunk_size(config) if "ppo" in (config or {}) else 1
+
+
+def _study_table():
+    """This study's table.py as a module, loaded by path (another study's ``table`` may already be imported)."""
+    path = pathlib.Path(__file__).with_name("table.py")
+    spec = importlib.util.spec_from_file_location("libero_miniature_table", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def with_wall_minutes(curve: list[dict]) -> list[dict]:
