@@ -112,9 +112,12 @@ def test_token_spread_reads_the_committed_token_sft_on_recorded_frames(tmp_path,
                  progress=False, cameras=["main"], image_size=SHORT_IMAGE_SIZE, max_episode_steps=8)
     models = ROOT / "experiments" / "libero_miniature" / "models"
     assert token_spread(["--checkpoint", str(models / "libero_object_seed0_sft_protocol_tokens.pt"), "--dataset",
-                         str(demos), "--frames", "4", "--temperatures", "1.0", "1.6", "--json"]) == 0
+                         str(demos), "--frames", "4", "--temperatures", "1.0", "1.6", "--json",
+                         "--out", str(tmp_path / "spread.json")]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert [r["temperature"] for r in rows] == [1.0, 1.6]
+    written = json.loads((tmp_path / "spread.json").read_text())
+    assert written["rows"] == rows and written["frames"] == 4
     assert rows[0]["entropy"] < rows[1]["entropy"] and rows[0]["top_mass"]["1"] > rows[1]["top_mass"]["1"]
     with pytest.raises(SystemExit):
         token_spread(["--checkpoint", str(models / "libero_object_seed0_sft_3demos_fitted.pt"), "--dataset",

@@ -291,6 +291,10 @@ def test_the_token_head_makes_a_campaign_of_its_own(tmp_path):
     ppo.train_rl()
     assert commands[-1][1] == "trainers/ppo.py" and module.RL_CONFIGS["ppo"] in commands[-1]
     assert {"total_timesteps=50789", "env.kwargs.init_states=0-39", "policy.kwargs.head=tokens"} <= set(commands[-1])
+    import yaml
+
+    ppo_config = yaml.safe_load((module.ROOT / module.RL_CONFIGS["ppo"]).read_text())
+    assert {"name": "ActionChunk", "kwargs": {"chunk_size": module.CHUNK}} in ppo_config["env"]["wrappers"]
     assert ppo.variant == "protocol_tokens" and ppo.eval_dir("rl", "train", "greedy").name == "ppo_train_greedy"
     with pytest.raises(SystemExit):
         module.parse_args(["--suite", "object", "--seed", "0", "--method", "ppo"])  # the Gaussian has no PPO config

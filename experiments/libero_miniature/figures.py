@@ -29,12 +29,18 @@ from vla_gym.runtime.cli_args import script_parser
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _sft_then_rl():
-    """examples/sft_then_rl.py as a module: its TensorBoard curve reader and plot serve here too."""
-    spec = importlib.util.spec_from_file_location("sft_then_rl", ROOT / "examples" / "sft_then_rl.py")
+def _module(path: pathlib.Path, name: str):
+    """The script at ``path`` as a module named ``name`` (by path: another folder's module of the same file name,
+    such as another study's ``table``, may already be imported)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _sft_then_rl():
+    """examples/sft_then_rl.py as a module: its TensorBoard curve reader and plot serve here too."""
+    return _module(ROOT / "examples" / "sft_then_rl.py", "sft_then_rl")
 
 
 def overall(eval_dir: pathlib.Path) -> dict:
@@ -62,16 +68,9 @@ def env_steps_per_count(run: pathlib.Path) -> int:
     import yaml
 
     config = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").is_file() else {}
-    return _study_table().chunk_size(config) if "ppo" in (config or {}) else 1
-
-
-def _study_table():
-    """This study's table.py as a module, loaded by path (another study's ``table`` may already be imported)."""
-    path = pathlib.Path(__file__).with_name("table.py")
-    spec = importlib.util.spec_from_file_location("libero_miniature_table", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    if "ppo" not in (config or {}):
+        return 1
+    return _module(pathlib.Path(__file__).with_name("table.py"), "libero_miniature_table").chunk_size(config)
 
 
 def with_wall_minutes(curve: list[dict]) -> list[dict]:

@@ -3,7 +3,8 @@ and how far a sample lands from the mode (in bins), on the frames of a demo data
 
     python experiments/libero_miniature/token_spread.py \
         --checkpoint experiments/libero_miniature/models/libero_object_seed0_sft_protocol_tokens.pt \
-        --dataset runs/libero_rl_campaign/object_s1_tokens/demos --frames 96
+        --dataset runs/libero_rl_campaign/object_s1_tokens/demos --frames 96 \
+        --out experiments/libero_miniature/results_token_spread.json    # the README's figures
 
 At temperature 1.6 the study's token SFT draws a token more than 10 bins from its mode nearly one time in four.
 Bins are OpenVLA's 256 over the action range, so 10 bins are 8 % of it (the Gaussian head's exploration std 0.05
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 
 from vla_gym.runtime.cli_args import script_parser
+from vla_gym.trainers.runtime.results import git_commit, repo_relative, write_results
 
 
 def spread(log_probs: torch.Tensor, tops: tuple[int, ...] = (1, 5, 10, 20)) -> dict:
@@ -36,13 +38,11 @@ def spread(log_probs: torch.Tensor, tops: tuple[int, ...] = (1, 5, 10, 20)) -> d
 
 
 def frames_as_obs(dataset, count: int, seed: int = 0) -> dict:
-    """``count`` frames drawn from ``dataset`` (a DemoDataset) as one observation batch."""
+    """``count`` frames drawn from ``dataset`` (a DemoDataset) as one observation batch, as SFT reads them."""
+    from vla_gym.trainers.rollout.batch import to_torch
+
     rows = np.random.default_rng(seed).choice(len(dataset), min(count, len(dataset)), replace=False)
-    frames = [dataset[int(i)] for i in rows]
-    return {"images": {role: torch.from_numpy(np.stack([f["images"][role] for f in frames]))
-                       for role in frames[0]["images"]},
-            "state": torch.from_numpy(np.stack([f["state"] for f in frames])).float(),
-            "instruction": [f["instruction"] for f in frames]}
+    return to_torch(dataset.batch(rows)[0])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=96)
     parser.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 1.6])
     parser.add_argument("--json", action="store_true", help="print one JSON line per temperature")
+    parser.add_argument("--out", help="write the rows with what was measured to this JSON file")
     args = parser.parse_args(argv)
     policy = load_policy(args.checkpoint, "cpu").eval()
     if getattr(policy, "head", None) != "tokens":
@@ -62,13 +63,18 @@ def main(argv: list[str] | None = None) -> int:
     with torch.no_grad():
         logits = policy.distribution(frames_as_obs(DemoDataset(args.dataset), args.frames)).logits
     logits = logits * policy.action_head.temperature  # the head's log-softmax at its own temperature, undone
+    rows = []
     for temperature in args.temperatures:
         row = {"temperature": temperature, **spread((logits / temperature).log_softmax(-1))}
+        rows.append(row)
         print(json.dumps(row) if args.json else
               f"temperature {temperature}: entropy {row['entropy']:.2f} nats per token; mass of the likeliest "
               + ", ".join(f"{k}: {v:.0%}" for k, v in row["top_mass"].items())
               + f"; a sample {row['mean_bins_from_mode']:.1f} bins from the mode on average, "
               f"over 10 bins away {row['over_10_bins']:.0%}")
+    if args.out:
+        write_results(args.out, {"checkpoint": repo_relative(args.checkpoint), "dataset": args.dataset,
+                                 "frames": int(logits.shape[0]), "rows": rows, "commit": git_commit()})
     return 0
 
 
