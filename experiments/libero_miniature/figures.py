@@ -51,14 +51,25 @@ def rl_curve(run: pathlib.Path) -> list[dict]:
     """The RL run's curve, ``[{"steps", "env/success_once"}]`` per round: GRPO's and residual RL's from their
     TensorBoard (each round's sampled rollouts), an RFT run's (``trainers/rft.py``: ``rft.json``) from its rounds:
     the greedy success of each round's model on the starts it trains on (round 0: the initial policy, at 0 env
-    steps), at the env steps sampled so far."""
+    steps), at the env steps sampled so far and the minutes spent sampling and fitting so far (``minutes``, when
+    every round has its ``train_minutes``; the greedy evaluations are measurement, not training, as for GRPO).
+
+    >>> import tempfile; run = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (run / "rft.json").write_text(json.dumps({"rows": [{"greedy": 0.25}, {"greedy": 0.5, "env_steps": 900,
+    ...     "train_minutes": 40.0}, {"greedy": 0.6, "env_steps": 800, "train_minutes": 38.5}]}))
+    >>> [(row["steps"], row["minutes"]) for row in rl_curve(run)]
+    [(0, 0.0), (900, 40.0), (1700, 78.5)]
+    """
     if not (run / "rft.json").is_file():
         per_count = env_steps_per_count(run)
         return with_wall_minutes([dict(row, steps=row["steps"] * per_count) for row in _sft_then_rl().grpo_curve(run)])
-    curve, steps = [], 0
-    for row in json.loads((run / "rft.json").read_text())["rows"]:
+    rows = json.loads((run / "rft.json").read_text())["rows"]
+    timed = all(row.get("train_minutes") is not None for row in rows[1:])
+    curve, steps, minutes = [], 0, 0.0
+    for row in rows:
         steps += int(row.get("env_steps") or 0)
-        curve.append({"steps": steps, "env/success_once": float(row["greedy"])})
+        minutes += float(row.get("train_minutes") or 0.0)
+        curve.append({"steps": steps, "env/success_once": float(row["greedy"]), **({"minutes": minutes} if timed else {})})
     return curve
 
 
