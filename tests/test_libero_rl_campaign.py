@@ -273,6 +273,13 @@ def test_the_token_head_makes_a_campaign_of_its_own(tmp_path):
     assert tokens.camera_overrides(policy=True) == ["policy.kwargs.head=tokens"]
     assert tokens.camera_overrides(policy=False) == []
     assert tokens.modes == {"greedy": [], "sampled": ["--stochastic", "--temperature", "1.6"]}
+    # its SFT is stored in half precision before anything plays it: the evaluations, GRPO and git hold one model
+    tokens.args.export_dir, tokens.state = str(tmp_path / "models"), tmp_path / "adopted"
+    tokens.keep_sft(module.MODELS / "libero_object_seed0_sft_protocol_tokens.pt")
+    assert tokens.sft == tmp_path / "models" / "libero_object_seed0_sft_protocol_tokens.pt"
+    assert {value.dtype for value in torch.load(tokens.sft, weights_only=False)["policy"].values()} == {torch.float16}
+    assert tokens.model_dtype == "float16" and module.Campaign(module.parse_args(
+        ["--suite", "object", "--seed", "0"])).model_dtype == "float32"
     commands = []
     module.run = lambda command, *rest: commands.append(command) or 0
     tokens.train_rl()

@@ -44,8 +44,9 @@ The anchors' protocol in miniature (issue 28, experiments/libero_miniature/READM
    (GRPO), ``evals/residual_*`` or ``evals/rft_*``;
 ``--head tokens`` fits the small policy's action-token head instead of the Gaussian (``policy.kwargs.head=tokens``,
 SFT by cross-entropy), runs GRPO with ``configs/libero_object_miniature_grpo_tokens.yaml`` (the anchors' settings),
-samples RFT's episodes and the ``sampled`` evaluations at temperature 1.6; a campaign of its own
-(``<suite>_s<seed>_tokens/``, variant ``protocol_tokens``), whose rows record ``head`` and ``temperature``.
+samples RFT's episodes and the ``sampled`` evaluations at temperature 1.6 and stores its SFT and RL models in half
+precision (the SFT before anything plays it); a campaign of its own (``<suite>_s<seed>_tokens/``, variant
+``protocol_tokens``), whose rows record ``head`` and ``temperature``.
 
 5. **curve**: ``experiments/libero_miniature/figures.py --no-grids``: ``<method>_curve.png`` / ``.md`` in the
    campaign folder, the success of the RL run's rollouts per update (GRPO) or round (residual), or of each RFT
@@ -142,13 +143,23 @@ class Campaign:
         pointer = self.state / "sft.txt"
         return ROOT / pointer.read_text().strip() if pointer.is_file() else None
 
+    @property
+    def model_dtype(self) -> str:
+        """How the campaign stores its models: a token policy's in half precision (a committed SFT and RL pair then
+        fits the repository's size limit), a Gaussian one's as trained. A token campaign's SFT is stored that way
+        before anything plays it, so its evaluations, its RL run and its committed file are one model."""
+        return "float16" if self.args.head == "tokens" else "float32"
+
     def keep_sft(self, checkpoint: str | pathlib.Path) -> None:
-        """Export ``checkpoint`` beside the results (once: an equal model there is reused) and name it in ``sft.txt``."""
+        """Export ``checkpoint`` beside the results (once: an equal model there is reused), in ``model_dtype``, and
+        name it in ``sft.txt``."""
+        import torch
+
         from vla_gym.trainers.runtime.checkpoint import atomic_write_text, export_policy
         from vla_gym.trainers.runtime.results import repo_relative
 
         name = f"libero_{self.args.suite}_seed{self.args.seed}_sft_{self.sft_variant}.pt"
-        model = export_policy(checkpoint, self.args.export_dir, name)
+        model = export_policy(checkpoint, self.args.export_dir, name, dtype=getattr(torch, self.model_dtype))
         self.state.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.state / "sft.txt", f"{repo_relative(model)}\n")
 
@@ -346,8 +357,7 @@ class Campaign:
              "--rl-eval", str(self.eval_dir("rl", split, mode)), "--sft-checkpoint", str(self.sft),
              "--sft-variant", self.sft_variant, "--rl-run", str(self.rl_run),
              "--export-dir", self.args.export_dir, "--out", self.args.results,
-             # a token policy's RL model in half precision: a committed one fits the repository's size limit
-             "--rl-dtype", "float16" if self.args.head == "tokens" else "float32"])
+             "--rl-dtype", self.model_dtype])
 
     @property
     def curve(self) -> pathlib.Path:
