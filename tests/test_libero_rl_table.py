@@ -79,7 +79,8 @@ def test_a_row_is_written_replaced_and_shown(tmp_path):
 
 def test_a_token_campaign_exports_its_rl_model_in_half_precision(tmp_path):
     """``add --rl-dtype float16`` (campaign.py's token campaigns): the RL model's parameters are stored in float16,
-    the SFT model it started from is exported as it is."""
+    the SFT model it started from is exported as it is; ``replay`` compares a re-evaluation of that file with the
+    row that names it, and ``--record`` keeps the comparison for the README."""
     rl_run = training_run(tmp_path / "run", 100, [10])
     weights = {"w": torch.linspace(0, 1, 1000)}
     torch.save({"counters": {"num_timesteps": 100}, "policy": weights, "optimizer": {}},
@@ -93,6 +94,25 @@ def test_a_token_campaign_exports_its_rl_model_in_half_precision(tmp_path):
     [row] = json.loads((tmp_path / "rows.json").read_text())["rows"]
     assert torch.load(row["rl_checkpoint"], weights_only=False)["policy"]["w"].dtype == torch.float16
     assert torch.load(row["sft_checkpoint"], weights_only=False)["policy"]["w"].dtype == torch.float32
+    # the float16 file, re-evaluated with its row's command: compared with the row, kept in the JSON and the README
+    replayed = eval_report(tmp_path / "replay", [True, False])
+    report = json.loads((replayed / "eval.json").read_text())
+    (replayed / "eval.json").write_text(json.dumps({**report, "settings": {"checkpoint": row["rl_checkpoint"],
+                                                                           "deterministic": True}}))
+    shown = run("replay", "--eval", str(replayed), "--record", "--out", str(tmp_path / "rows.json")).stdout
+    assert "| float16 | train | greedy | object 0 grpo tokens train greedy (rl) |" in shown
+    [kept] = json.loads((tmp_path / "rows.json").read_text())["replays"]
+    assert (kept["dtype"], kept["now"], kept["rows"][0]["then"], kept["rows"][0]["differ"]) == ("float16", 0.5, 1.0, 1)
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- results:begin -->\n<!-- results:end -->\n<!-- replays:begin -->\n<!-- replays:end -->\n")
+    run("readme", "--readme", str(readme), "--out", str(tmp_path / "rows.json"))
+    assert "| 1 of 2 | 1 |" in readme.read_text()
+    sampled = json.loads((replayed / "eval.json").read_text())
+    sampled["settings"]["deterministic"] = False
+    (replayed / "eval.json").write_text(json.dumps(sampled))
+    refused = subprocess.run([sys.executable, TABLE, "replay", "--eval", str(replayed), "--out", str(tmp_path / "rows.json")],
+                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0 and "no row names" in refused.stderr  # no sampled row: nothing to compare with
 
 
 def test_reports_of_different_episodes_are_refused(tmp_path):

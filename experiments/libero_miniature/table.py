@@ -5,6 +5,7 @@
         --sft-checkpoint runs/libero_rl/sft_object_s0/final.pt --rl-run runs/libero_rl/grpo_object_s0
     python experiments/libero_miniature/table.py table            # the Markdown table
     python experiments/libero_miniature/table.py readme [--check] # ... into the study's README (or check it is there)
+    python experiments/libero_miniature/table.py replay --eval runs/replay/x --record   # a re-evaluation against its rows
 
 A row is one (suite, seed, method, variant, split, mode): the success of the SFT and the RL checkpoint on the same episodes
 (both ``trainers/eval.py`` reports must have played the same (task, init state, seed) list, or the row is refused),
@@ -16,6 +17,13 @@ replaces the old one; the file is written atomically. Each row also keeps both r
 (``outcomes``: "0"/"1" per episode in (task, init state, seed) order), so the paired McNemar test can be redone from
 the JSON alone, and the RL policy's action ``head`` (``gaussian`` or ``tokens``) with the ``temperature`` a sampled
 evaluation of a token head drew at (None otherwise; rows added before the token head have neither key); ``--export-dir`` saves the two models, trained parameters only, where a study keeps the few it names.
+
+``replay`` checks that a kept model still plays as its rows say: a ``trainers/eval.py`` report of one model file (the
+row's command, e.g. the held-out greedy one) against every row whose SFT or RL side names that file and played the
+same episodes in the same mode: its success then and now, the episodes whose outcome changed and the paired McNemar
+p. ``--record`` keeps the comparison in the JSON's ``replays`` (one per model, split and mode, with the file's
+dtype: a model stored in float16 after its rows were measured on float32 is re-evaluated this way), and
+``readme`` renders them under the table.
 """
 from __future__ import annotations
 
@@ -215,6 +223,46 @@ def table(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def replay(eval_dir: pathlib.Path, data: dict) -> dict:
+    """The report in ``eval_dir`` (one model file, as ``trainers/eval.py`` played it) against the rows that name that
+    file on the same episodes in the same mode (module docstring); SystemExit when no row does."""
+    settings = json.loads((eval_dir / "eval.json").read_text())["settings"]
+    model = relative(settings["checkpoint"])
+    mode = "greedy" if settings.get("deterministic", True) else "sampled"
+    rate, played, episodes = read_eval(eval_dir)
+    now = outcomes(eval_dir)
+    tasks, init_states = sorted({t for t, _, _ in played}), sorted({i for _, i, _ in played})
+    temperature = sampling(eval_dir).get("temperature")  # a token head's sampled rows: drawn at the same temperature
+    matched = [(row, side) for row in data["rows"] for side in ("sft", "rl")
+               if row.get(f"{side}_checkpoint") == model and row["mode"] == mode and "outcomes" in row
+               and row.get("temperature") == temperature
+               and (row["tasks"], row["init_states"], row["episodes"]) == (tasks, init_states, episodes)]
+    if not matched:
+        raise SystemExit(f"no row names {model} on these {episodes} {mode} episodes (tasks {tasks}, init states "
+                         f"{init_states[0]}-{init_states[-1]}): replay a row's own command")
+    dtypes = {str(v.dtype).removeprefix("torch.") for v in (load_checkpoint(ROOT / model).get("policy") or {}).values()
+              if torch.is_tensor(v) and v.is_floating_point()}
+    compared = [{"row": " ".join(str(row[k]) for k in KEY if row.get(k) not in ("", None)), "side": side,
+                 "commit": row["commit"], "then": row[side],
+                 "differ": sum(a != b for a, b in zip(row["outcomes"][side], now)),
+                 "p": mcnemar_outcomes_p(row["outcomes"][side], now)} for row, side in matched]
+    return {"model": model, "split": matched[0][0]["split"], "mode": mode, "episodes": episodes,
+            "dtype": "/".join(sorted(dtypes)), "now": round(rate, 4), "commit": git_commit(), "rows": compared}
+
+
+def replays_table(data: dict) -> str:
+    """One line per (recorded replay, row it was compared with): the success then and now, the changed episodes."""
+    lines = ["| model | dtype | split | mode | row (side) | measured | then | replayed | now | episodes changed | McNemar p |",
+             "|---|---|---|---|---|---|---:|---|---:|---:|---:|"]
+    for replayed in data.get("replays", []):
+        for row in replayed["rows"]:
+            lines.append(f"| {pathlib.Path(replayed['model']).name} | {replayed['dtype']} | {replayed['split']} | "
+                         f"{replayed['mode']} | {row['row']} ({row['side']}) | {row['commit']} | "
+                         f"{100 * row['then']:.1f} % | {replayed['commit']} | {100 * replayed['now']:.1f} % | "
+                         f"{row['differ']} of {replayed['episodes']} | {row['p']:.2g} |")
+    return "\n".join(lines) + "\n"
+
+
 def percent_interval(rate: float, episodes: int) -> str:
     """``17.5 % [8.7, 32.0]``: the rate and its 95 % Wilson interval, in percent."""
     low, high = wilson_interval(round(rate * episodes), episodes)
@@ -254,11 +302,27 @@ def main(argv: list[str] | None = None) -> int:
     rendering.add_argument("--out", default=str(RESULTS))
     rendering.add_argument("--readme", default=str(README))
     rendering.add_argument("--check", action="store_true")
+    replaying = sub.add_parser("replay", help="a re-evaluation of a kept model against the rows that name it")
+    replaying.add_argument("--eval", required=True, help="trainers/eval.py report directory of that model file")
+    replaying.add_argument("--record", action="store_true", help="keep it in the JSON's replays (and the README)")
+    replaying.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
     if args.command == "add":
         print(json.dumps(add(args)))
+    elif args.command == "replay":
+        data = load(pathlib.Path(args.out))
+        replayed = replay(pathlib.Path(args.eval), data)
+        print(replays_table({"replays": [replayed]}), end="")
+        if args.record:
+            same = (replayed["model"], replayed["split"], replayed["mode"])
+            data["replays"] = [r for r in data.get("replays", []) if (r["model"], r["split"], r["mode"]) != same]
+            data["replays"].append(replayed)
+            write_results(pathlib.Path(args.out), data)
     elif args.command == "readme":
-        same = render_block(args.readme, "results", table(load(pathlib.Path(args.out))), check=args.check)
+        data = load(pathlib.Path(args.out))
+        same = render_block(args.readme, "results", table(data), check=args.check)
+        if data.get("replays"):
+            same = render_block(args.readme, "replays", replays_table(data), check=args.check) and same
         if args.check and not same:
             raise SystemExit(f"{args.readme}'s results table differs from {args.out}: run {pathlib.Path(__file__).name} readme")
     else:
