@@ -79,8 +79,7 @@ def test_a_row_is_written_replaced_and_shown(tmp_path):
 
 def test_a_token_campaign_exports_its_rl_model_in_half_precision(tmp_path):
     """``add --rl-dtype float16`` (campaign.py's token campaigns): the RL model's parameters are stored in float16,
-    the SFT model it started from is exported as it is; ``replay`` compares a re-evaluation of that file with the
-    row that names it, and ``--record`` keeps the comparison for the README."""
+    the SFT model it started from is exported as it is."""
     rl_run = training_run(tmp_path / "run", 100, [10])
     weights = {"w": torch.linspace(0, 1, 1000)}
     torch.save({"counters": {"num_timesteps": 100}, "policy": weights, "optimizer": {}},
@@ -94,25 +93,58 @@ def test_a_token_campaign_exports_its_rl_model_in_half_precision(tmp_path):
     [row] = json.loads((tmp_path / "rows.json").read_text())["rows"]
     assert torch.load(row["rl_checkpoint"], weights_only=False)["policy"]["w"].dtype == torch.float16
     assert torch.load(row["sft_checkpoint"], weights_only=False)["policy"]["w"].dtype == torch.float32
-    # the float16 file, re-evaluated with its row's command: compared with the row, kept in the JSON and the README
-    replayed = eval_report(tmp_path / "replay", [True, False])
-    report = json.loads((replayed / "eval.json").read_text())
-    (replayed / "eval.json").write_text(json.dumps({**report, "settings": {"checkpoint": row["rl_checkpoint"],
-                                                                           "deterministic": True}}))
-    shown = run("replay", "--eval", str(replayed), "--record", "--out", str(tmp_path / "rows.json")).stdout
-    assert "| float16 | train | greedy | object 0 grpo tokens train greedy (rl) |" in shown
-    [kept] = json.loads((tmp_path / "rows.json").read_text())["replays"]
-    assert (kept["dtype"], kept["now"], kept["rows"][0]["then"], kept["rows"][0]["differ"]) == ("float16", 0.5, 1.0, 1)
+
+
+def replayed_report(path: pathlib.Path, checkpoint: str, successes: list[bool], deterministic: bool = True):
+    report = eval_report(path, successes)
+    data = json.loads((report / "eval.json").read_text())
+    (report / "eval.json").write_text(json.dumps({**data, "settings": {"checkpoint": checkpoint,
+                                                                       "deterministic": deterministic}}))
+    return report
+
+
+def test_a_replay_compares_a_kept_model_with_the_rows_that_name_it(tmp_path):
+    """``replay``: a re-evaluation of a model file against every row naming it on the same starts and mode (rows
+    sharing one report of it compare once), ``--record`` keeps it, ``readme`` renders it; other episodes, another
+    mode or a file changed since the report are refused."""
+    rl_run = training_run(tmp_path / "run", 100, [10])
+    torch.save({"counters": {"num_timesteps": 100}, "policy": {"w": torch.linspace(0, 1, 10)}},
+               rl_run / "checkpoints" / "ckpt_00000002.pt")
+    torch.save({"policy": {"w": torch.zeros(10)}}, rl_run / "sft.pt")
+    out = tmp_path / "rows.json"
+    for method in ("grpo", "rft"):  # one SFT report behind two methods' rows
+        run("add", "--suite", "object", "--seed", "0", "--method", method, "--split", "train", "--mode", "greedy",
+            "--sft-eval", str(eval_report(tmp_path / f"sft_{method}", [True, False])), "--rl-eval",
+            str(eval_report(tmp_path / f"rl_{method}", [True, True])), "--sft-checkpoint", str(rl_run / "sft.pt"),
+            "--rl-run", str(rl_run), "--out", str(out), "--export-dir", str(tmp_path / "models"), "--rl-dtype", "float16")
+    rows = json.loads(out.read_text())["rows"]
+    sft, rl = rows[0]["sft_checkpoint"], rows[0]["rl_checkpoint"]
+    shown = run("replay", "--eval", str(replayed_report(tmp_path / "replay_sft", sft, [True, True])), "--record",
+                "--out", str(out)).stdout
+    assert "| float32 | train | greedy | object 0 grpo train greedy (sft), object 0 rft train greedy (sft) |" in shown
+    run("replay", "--eval", str(replayed_report(tmp_path / "replay_rl", rl, [True, False])), "--record", "--out", str(out))
+    replays = json.loads(out.read_text())["replays"]
+    assert [(r["dtype"], r["now"], [(row["then"], row["differ"]) for row in r["rows"]]) for r in replays] == [
+        ("float32", 1.0, [(0.5, 1)]), ("float16", 0.5, [(1.0, 1)])]  # the two RL exports are one file, one report
     readme = tmp_path / "README.md"
     readme.write_text("<!-- results:begin -->\n<!-- results:end -->\n<!-- replays:begin -->\n<!-- replays:end -->\n")
-    run("readme", "--readme", str(readme), "--out", str(tmp_path / "rows.json"))
-    assert "| 1 of 2 | 1 |" in readme.read_text()
-    sampled = json.loads((replayed / "eval.json").read_text())
-    sampled["settings"]["deterministic"] = False
-    (replayed / "eval.json").write_text(json.dumps(sampled))
-    refused = subprocess.run([sys.executable, TABLE, "replay", "--eval", str(replayed), "--out", str(tmp_path / "rows.json")],
-                             cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert refused.returncode != 0 and "no row names" in refused.stderr  # no sampled row: nothing to compare with
+    check = [sys.executable, TABLE, "readme", "--readme", str(readme), "--out", str(out), "--check"]
+    stale = subprocess.run(check, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert stale.returncode != 0 and "results and replays block differs" in stale.stderr
+    run("readme", "--readme", str(readme), "--out", str(out))
+    assert "| 1 of 2 | 1 |" in readme.read_text() and subprocess.run(check, cwd=ROOT, timeout=300).returncode == 0
+    for refused, why in ((replayed_report(tmp_path / "sampled", rl, [True, False], deterministic=False), "no row names"),
+                         (replayed_report(tmp_path / "other", str(rl_run / "sft.pt"), [True, False]), "no row names")):
+        result = subprocess.run([sys.executable, TABLE, "replay", "--eval", str(refused), "--out", str(out)], cwd=ROOT,
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode != 0 and why in result.stderr
+    changed = replayed_report(tmp_path / "changed", rl, [True, False])
+    data = json.loads((changed / "eval.json").read_text())
+    (changed / "eval.json").write_text(json.dumps({**data, "receipt": {**data["receipt"],
+                                                                       "checkpoint": {"sha256": "0" * 64}}}))
+    result = subprocess.run([sys.executable, TABLE, "replay", "--eval", str(changed), "--out", str(out)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0 and "changed since" in result.stderr
 
 
 def test_reports_of_different_episodes_are_refused(tmp_path):

@@ -384,6 +384,9 @@ def test_a_model_exported_twice_is_stored_once(tmp_path):
     chunked.unlink()
     assert export_policy(run_checkpoint("rl.pt", 3.0), models, "suite_rl.pt") == rl  # a newer model replaces it
     assert torch.equal(load_checkpoint(rl)["policy"]["w"], torch.full((3,), 3.0))
+    with pytest.raises(FileExistsError, match="holds another model"):  # ... unless rows may name the one there
+        export_policy(run_checkpoint("rl.pt", 4.0), models, "suite_rl.pt", replace=False)
+    assert export_policy(run_checkpoint("rl.pt", 3.0), models, "suite_rl.pt", replace=False) == rl  # the same: kept
 
 
 def test_a_model_exported_in_float16_is_half_the_size_and_loads_as_float32(tmp_path):

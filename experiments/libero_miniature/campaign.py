@@ -145,21 +145,26 @@ class Campaign:
 
     @property
     def model_dtype(self) -> str:
-        """How the campaign stores its models: a token policy's in half precision (a committed SFT and RL pair then
-        fits the repository's size limit), a Gaussian one's as trained. A token campaign's SFT is stored that way
-        before anything plays it, so its evaluations, its RL run and its committed file are one model."""
+        """How the campaign stores its models: a token policy's in float16 (a committed SFT and RL pair then fits the
+        repository's size limit), a Gaussian one's in float32. A token campaign's SFT is stored that way before
+        anything plays it, so its evaluations, its RL run and its committed file are one model."""
         return "float16" if self.args.head == "tokens" else "float32"
 
     def keep_sft(self, checkpoint: str | pathlib.Path) -> None:
         """Export ``checkpoint`` beside the results (once: an equal model there is reused), in ``model_dtype``, and
-        name it in ``sft.txt``."""
+        name it in ``sft.txt``. Another model already under the SFT's name (one that rows name, such as a float32
+        file a float16 campaign would round) is not written over: SystemExit names the fix."""
         import torch
 
         from vla_gym.trainers.runtime.checkpoint import atomic_write_text, export_policy
         from vla_gym.trainers.runtime.results import repo_relative
 
         name = f"libero_{self.args.suite}_seed{self.args.seed}_sft_{self.sft_variant}.pt"
-        model = export_policy(checkpoint, self.args.export_dir, name, dtype=getattr(torch, self.model_dtype))
+        try:
+            model = export_policy(checkpoint, self.args.export_dir, name, dtype=getattr(torch, self.model_dtype),
+                                  replace=False)
+        except FileExistsError as exc:
+            raise SystemExit(f"{exc} (a {self.model_dtype} campaign adopting {checkpoint})") from exc
         self.state.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.state / "sft.txt", f"{repo_relative(model)}\n")
 

@@ -52,7 +52,8 @@ def rl_curve(run: pathlib.Path) -> list[dict]:
     TensorBoard (each round's sampled rollouts), an RFT run's (``trainers/rft.py``: ``rft.json``) from its rounds:
     the greedy success of each round's model on the starts it trains on (round 0: the initial policy, at 0 env
     steps), at the env steps sampled so far and the minutes spent sampling and fitting so far (``minutes``, when
-    every round has its ``train_minutes``; the greedy evaluations are measurement, not training, as for GRPO).
+    every round has its ``train_minutes``; the greedy evaluations are measurement, not training, as for GRPO, unless
+    ``--keep-greedy-successes`` made them a round's data: then rft.py counts them).
 
     >>> import tempfile; run = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (run / "rft.json").write_text(json.dumps({"rows": [{"greedy": 0.25}, {"greedy": 0.5, "env_steps": 900,
@@ -64,7 +65,7 @@ def rl_curve(run: pathlib.Path) -> list[dict]:
         per_count = env_steps_per_count(run)
         return with_wall_minutes([dict(row, steps=row["steps"] * per_count) for row in _sft_then_rl().grpo_curve(run)])
     rows = json.loads((run / "rft.json").read_text())["rows"]
-    timed = all(row.get("train_minutes") is not None for row in rows[1:])
+    timed = all(row.get("train_minutes") is not None for row in rows if row.get("round", 1) >= 1)
     curve, steps, minutes = [], 0, 0.0
     for row in rows:
         steps += int(row.get("env_steps") or 0)

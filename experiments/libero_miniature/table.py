@@ -20,10 +20,11 @@ evaluation of a token head drew at (None otherwise; rows added before the token 
 
 ``replay`` checks that a kept model still plays as its rows say: a ``trainers/eval.py`` report of one model file (the
 row's command, e.g. the held-out greedy one) against every row whose SFT or RL side names that file and played the
-same episodes in the same mode: its success then and now, the episodes whose outcome changed and the paired McNemar
-p. ``--record`` keeps the comparison in the JSON's ``replays`` (one per model, split and mode, with the file's
-dtype: a model stored in float16 after its rows were measured on float32 is re-evaluated this way), and
-``readme`` renders them under the table.
+same starts in the same mode on the same frames: its success then and now, the episodes whose outcome changed and
+the paired McNemar p. ``--record`` keeps the comparison in the JSON's ``replays`` (one per model, split, mode and
+temperature, with the file's dtype: an RL model exported in float16 after its rows were measured on the float32
+checkpoint, or a model rounded to float16 later, is re-evaluated this way), and ``readme`` renders them in the
+README's ``replays`` block.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ import sys
 import torch
 
 from vla_gym.runtime.cli_args import script_parser
+from vla_gym.runtime.receipt import file_sha256
 from vla_gym.trainers.evaluation.stats import mcnemar_outcomes_p, wilson_interval
 from vla_gym.trainers.runtime.checkpoint import export_policy, load_checkpoint
 from vla_gym.trainers.runtime.results import git_commit, render_block, repo_relative, write_results
@@ -50,6 +52,12 @@ def read_eval(directory: pathlib.Path) -> tuple[float, list[tuple], int]:
     data = json.loads((directory / "eval.json").read_text())
     played = sorted((e["spec"]["task_id"], e["spec"]["init_state_id"], e["spec"]["seed"]) for e in data["episodes"])
     return float(data["summary"]["overall"]["success_rate"]), played, len(played)
+
+
+def starts(played: list[tuple]) -> tuple[list[int], list[int]]:
+    """The tasks and init states of a report's played (task, init state, seed) list, as a row records them."""
+    return (sorted({task for task, _, _ in played if task is not None}),
+            sorted({init for _, init, _ in played if init is not None}))
 
 
 def outcomes(directory: pathlib.Path) -> str:
@@ -191,8 +199,7 @@ def add(args) -> dict:
     row = {
         "suite": args.suite, "seed": args.seed, "method": args.method, "variant": args.variant, "split": args.split,
         "mode": args.mode,
-        "tasks": sorted({task for task, _, _ in sft_played if task is not None}),
-        "init_states": sorted({init for _, init, _ in sft_played if init is not None}), "episodes": episodes,
+        "tasks": starts(sft_played)[0], "init_states": starts(sft_played)[1], "episodes": episodes,
         "sft": round(sft, 4), "rl": round(rl, 4), "env_steps": env_steps, "wall_minutes": minutes, "frames": seen,
         "commit": git_commit(), "sft_checkpoint": relative(sft_checkpoint), "rl_checkpoint": relative(rl_checkpoint),
         "outcomes": {"sft": outcomes(pathlib.Path(args.sft_eval)), "rl": outcomes(pathlib.Path(args.rl_eval))},
@@ -225,39 +232,55 @@ def table(data: dict) -> str:
 
 def replay(eval_dir: pathlib.Path, data: dict) -> dict:
     """The report in ``eval_dir`` (one model file, as ``trainers/eval.py`` played it) against the rows that name that
-    file on the same episodes in the same mode (module docstring); SystemExit when no row does."""
-    settings = json.loads((eval_dir / "eval.json").read_text())["settings"]
-    model = relative(settings["checkpoint"])
-    mode = "greedy" if settings.get("deterministic", True) else "sampled"
+    file and played the same starts (tasks, init states, episode seeds where the row lists them) in the same mode, on
+    the same frames (and, sampled, at the same token temperature; a Gaussian's std is the command's to match). Rows
+    with equal outcomes for that model (one SFT report behind several methods' rows) make one comparison. SystemExit
+    when no row matches, or when the file is no longer the one the report played."""
+    report = json.loads((eval_dir / "eval.json").read_text())
+    model = relative(ROOT / report["settings"]["checkpoint"])
+    played_sha = (report.get("receipt", {}).get("checkpoint") or {}).get("sha256")
+    if played_sha and played_sha != file_sha256(ROOT / model):
+        raise SystemExit(f"{model} changed since {eval_dir} played it: evaluate the file as it is now")
+    mode = "greedy" if report["settings"].get("deterministic", True) else "sampled"
     rate, played, episodes = read_eval(eval_dir)
-    now = outcomes(eval_dir)
-    tasks, init_states = sorted({t for t, _, _ in played}), sorted({i for _, i, _ in played})
+    if not episodes:
+        raise SystemExit(f"{eval_dir} played no episode")
+    now, seen = outcomes(eval_dir), frames(eval_dir)
+    tasks, init_states = starts(played)
+    seeds = sorted(seed for _, _, seed in played)
     temperature = sampling(eval_dir).get("temperature")  # a token head's sampled rows: drawn at the same temperature
     matched = [(row, side) for row in data["rows"] for side in ("sft", "rl")
                if row.get(f"{side}_checkpoint") == model and row["mode"] == mode and "outcomes" in row
-               and row.get("temperature") == temperature
-               and (row["tasks"], row["init_states"], row["episodes"]) == (tasks, init_states, episodes)]
+               and row.get("temperature") == temperature and row.get("frames", seen) == seen
+               and (row["tasks"], row["init_states"], row["episodes"]) == (tasks, init_states, episodes)
+               and sorted(row.get("eval_seeds", seeds)) == seeds]
     if not matched:
         raise SystemExit(f"no row names {model} on these {episodes} {mode} episodes (tasks {tasks}, init states "
-                         f"{init_states[0]}-{init_states[-1]}): replay a row's own command")
+                         f"{init_states[0]}-{init_states[-1]}, frames {seen}): replay a row's own command")
     dtypes = {str(v.dtype).removeprefix("torch.") for v in (load_checkpoint(ROOT / model).get("policy") or {}).values()
               if torch.is_tensor(v) and v.is_floating_point()}
-    compared = [{"row": " ".join(str(row[k]) for k in KEY if row.get(k) not in ("", None)), "side": side,
-                 "commit": row["commit"], "then": row[side],
-                 "differ": sum(a != b for a, b in zip(row["outcomes"][side], now)),
-                 "p": mcnemar_outcomes_p(row["outcomes"][side], now)} for row, side in matched]
-    return {"model": model, "split": matched[0][0]["split"], "mode": mode, "episodes": episodes,
-            "dtype": "/".join(sorted(dtypes)), "now": round(rate, 4), "commit": git_commit(), "rows": compared}
+    compared: dict[str, dict] = {}  # by the row's outcomes: rows sharing one report of this model compare once
+    for row, side in matched:
+        name = " ".join(str(row[k]) for k in KEY if row.get(k) not in ("", None)) + f" ({side})"
+        then = row["outcomes"][side]
+        if then in compared:
+            compared[then]["row"] += f", {name}"
+            continue
+        compared[then] = {"row": name, "commit": row["commit"], "then": row[side],
+                          "differ": sum(a != b for a, b in zip(then, now)), "p": mcnemar_outcomes_p(then, now)}
+    return {"model": model, "split": matched[0][0]["split"], "mode": mode, "temperature": temperature,
+            "episodes": episodes, "dtype": "/".join(sorted(dtypes)), "now": round(rate, 4), "commit": git_commit(),
+            "rows": list(compared.values())}
 
 
 def replays_table(data: dict) -> str:
     """One line per (recorded replay, row it was compared with): the success then and now, the changed episodes."""
-    lines = ["| model | dtype | split | mode | row (side) | measured | then | replayed | now | episodes changed | McNemar p |",
+    lines = ["| model | dtype | split | mode | rows (side) | measured | then | replayed | now | episodes changed | McNemar p |",
              "|---|---|---|---|---|---|---:|---|---:|---:|---:|"]
     for replayed in data.get("replays", []):
         for row in replayed["rows"]:
             lines.append(f"| {pathlib.Path(replayed['model']).name} | {replayed['dtype']} | {replayed['split']} | "
-                         f"{replayed['mode']} | {row['row']} ({row['side']}) | {row['commit']} | "
+                         f"{replayed['mode']} | {row['row']} | {row['commit']} | "
                          f"{100 * row['then']:.1f} % | {replayed['commit']} | {100 * replayed['now']:.1f} % | "
                          f"{row['differ']} of {replayed['episodes']} | {row['p']:.2g} |")
     return "\n".join(lines) + "\n"
@@ -313,18 +336,21 @@ def main(argv: list[str] | None = None) -> int:
         data = load(pathlib.Path(args.out))
         replayed = replay(pathlib.Path(args.eval), data)
         print(replays_table({"replays": [replayed]}), end="")
-        if args.record:
-            same = (replayed["model"], replayed["split"], replayed["mode"])
-            data["replays"] = [r for r in data.get("replays", []) if (r["model"], r["split"], r["mode"]) != same]
+        if args.record:  # one replay per model, split, mode and temperature: a newer one replaces it
+            same = [replayed.get(k) for k in ("model", "split", "mode", "temperature")]
+            data["replays"] = [r for r in data.get("replays", [])
+                               if [r.get(k) for k in ("model", "split", "mode", "temperature")] != same]
             data["replays"].append(replayed)
             write_results(pathlib.Path(args.out), data)
     elif args.command == "readme":
         data = load(pathlib.Path(args.out))
-        same = render_block(args.readme, "results", table(data), check=args.check)
-        if data.get("replays"):
-            same = render_block(args.readme, "replays", replays_table(data), check=args.check) and same
-        if args.check and not same:
-            raise SystemExit(f"{args.readme}'s results table differs from {args.out}: run {pathlib.Path(__file__).name} readme")
+        blocks = {"results": table(data)}
+        if data.get("replays") or "<!-- replays:begin -->" in pathlib.Path(args.readme).read_text():
+            blocks["replays"] = replays_table(data) if data.get("replays") else "No replay recorded yet.\n"
+        stale = [name for name, text in blocks.items() if not render_block(args.readme, name, text, check=args.check)]
+        if args.check and stale:
+            raise SystemExit(f"{args.readme}'s {' and '.join(stale)} block differs from {args.out}: run "
+                             f"{pathlib.Path(__file__).name} readme")
     else:
         print(table(load(pathlib.Path(args.out))), end="")
     return 0

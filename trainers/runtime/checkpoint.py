@@ -134,11 +134,12 @@ def save_policy_only(checkpoint: str | os.PathLike, path: str | os.PathLike,
 
 
 def export_policy(checkpoint: str | os.PathLike, directory: str | os.PathLike, name: str,
-                  dtype: torch.dtype | None = None) -> pathlib.Path:
+                  dtype: torch.dtype | None = None, replace: bool = True) -> pathlib.Path:
     """:func:`save_policy_only` into ``directory / name``, unless a ``.pt`` file there already holds the same model
     (equal trained parameters, ``policy_name`` and ``policy_kwargs``; stored in ``dtype`` when given): then that file
     is returned and nothing is written (``name`` first, then the others by name). A model exported for several result
-    rows is stored once, and re-exporting it leaves the committed file as it is.
+    rows is stored once, and re-exporting it leaves the committed file as it is. ``replace=False`` refuses
+    (FileExistsError) to write over another model already at ``directory / name``, which rows may name.
 
     >>> export_policy("runs/x/sft/final.pt", "experiments/x/models", "libero_object_seed0_sft.pt")   # doctest: +SKIP
     """
@@ -151,6 +152,9 @@ def export_policy(checkpoint: str | os.PathLike, directory: str | os.PathLike, n
                 return candidate
         except CheckpointError:  # a damaged file is no match (and is overwritten when it bears ``name``)
             continue
+    if not replace and (directory / name).is_file():
+        raise FileExistsError(f"{directory / name} holds another model (other parameters, dtype or kwargs), which "
+                              "rows may name: export under another name, or convert that file deliberately first")
     return atomic_save(exported, directory / name)
 
 
