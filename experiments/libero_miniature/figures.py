@@ -56,8 +56,8 @@ def rl_curve(run: pathlib.Path) -> list[dict]:
     ``--keep-greedy-successes`` made them a round's data: then rft.py counts them).
 
     >>> import tempfile; run = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (run / "rft.json").write_text(json.dumps({"rows": [{"greedy": 0.25}, {"greedy": 0.5, "env_steps": 900,
-    ...     "train_minutes": 40.0}, {"greedy": 0.6, "env_steps": 800, "train_minutes": 38.5}]}))
+    >>> _ = (run / "rft.json").write_text(json.dumps({"rows": [{"round": 0, "greedy": 0.25}, {"round": 1, "greedy": 0.5,
+    ...     "env_steps": 900, "train_minutes": 40.0}, {"round": 2, "greedy": 0.6, "env_steps": 800, "train_minutes": 38.5}]}))
     >>> [(row["steps"], row["minutes"]) for row in rl_curve(run)]
     [(0, 0.0), (900, 40.0), (1700, 78.5)]
     """
@@ -65,7 +65,7 @@ def rl_curve(run: pathlib.Path) -> list[dict]:
         per_count = env_steps_per_count(run)
         return with_wall_minutes([dict(row, steps=row["steps"] * per_count) for row in _sft_then_rl().grpo_curve(run)])
     rows = json.loads((run / "rft.json").read_text())["rows"]
-    timed = all(row.get("train_minutes") is not None for row in rows if row.get("round", 1) >= 1)
+    timed = all(row.get("train_minutes") is not None for k, row in enumerate(rows) if row.get("round", k) >= 1)
     curve, steps, minutes = [], 0, 0.0
     for row in rows:
         steps += int(row.get("env_steps") or 0)
