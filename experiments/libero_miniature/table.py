@@ -199,7 +199,7 @@ def add(args) -> dict:
     row = {
         "suite": args.suite, "seed": args.seed, "method": args.method, "variant": args.variant, "split": args.split,
         "mode": args.mode,
-        "tasks": starts(sft_played)[0], "init_states": starts(sft_played)[1], "episodes": episodes,
+        **dict(zip(("tasks", "init_states"), starts(sft_played))), "episodes": episodes,
         "sft": round(sft, 4), "rl": round(rl, 4), "env_steps": env_steps, "wall_minutes": minutes, "frames": seen,
         "commit": git_commit(), "sft_checkpoint": relative(sft_checkpoint), "rl_checkpoint": relative(rl_checkpoint),
         "outcomes": {"sft": outcomes(pathlib.Path(args.sft_eval)), "rl": outcomes(pathlib.Path(args.rl_eval))},
