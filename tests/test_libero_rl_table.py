@@ -13,6 +13,8 @@ import sys
 import pytest
 import torch
 
+from vla_gym.runtime.receipt import file_sha256
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 STUDY = ROOT / "experiments" / "libero_miniature"
 TABLE = "experiments/libero_miniature/table.py"
@@ -126,6 +128,7 @@ def test_a_replay_compares_a_kept_model_with_the_rows_that_name_it(tmp_path):
     replays = json.loads(out.read_text())["replays"]
     assert [(r["dtype"], r["now"], [(row["then"], row["differ"]) for row in r["rows"]]) for r in replays] == [
         ("float32", 1.0, [(0.5, 1)]), ("float16", 0.5, [(1.0, 1)])]  # the two RL exports are one file, one report
+    assert [r["sha256"] for r in replays] == [file_sha256(ROOT / sft), file_sha256(ROOT / rl)]  # which file played
     readme = tmp_path / "README.md"
     readme.write_text("<!-- results:begin -->\n<!-- results:end -->\n<!-- replays:begin -->\n<!-- replays:end -->\n")
     check = [sys.executable, TABLE, "readme", "--readme", str(readme), "--out", str(out), "--check"]

@@ -269,7 +269,8 @@ def replay(eval_dir: pathlib.Path, data: dict) -> dict:
         compared[then] = {"row": name, "commit": row["commit"], "then": row[side],
                           "differ": sum(a != b for a, b in zip(then, now)), "p": mcnemar_outcomes_p(then, now)}
     return {"model": model, "split": matched[0][0]["split"], "mode": mode, "temperature": temperature,
-            "episodes": episodes, "dtype": "/".join(sorted(dtypes)), "now": round(rate, 4), "commit": git_commit(),
+            "episodes": episodes, "dtype": "/".join(sorted(dtypes)), "sha256": file_sha256(ROOT / model),
+            "now": round(rate, 4), "commit": git_commit(),
             "rows": list(compared.values())}
 
 
