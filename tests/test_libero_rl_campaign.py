@@ -278,9 +278,12 @@ def test_the_token_head_makes_a_campaign_of_its_own(tmp_path):
     tokens.keep_sft(module.MODELS / "libero_object_seed0_sft_protocol_tokens.pt")
     assert tokens.sft == tmp_path / "models" / "libero_object_seed0_sft_protocol_tokens.pt"
     assert {value.dtype for value in torch.load(tokens.sft, weights_only=False)["policy"].values()} == {torch.float16}
-    (tmp_path / "other").mkdir()  # another model under that name (the committed float32 file): not written over
+    (tmp_path / "other").mkdir()  # another model under that name (here the same weights in float32): not written over
     tokens.args.export_dir = str(tmp_path / "other")
-    (tmp_path / "other" / tokens.sft.name).write_bytes((module.MODELS / tokens.sft.name).read_bytes())
+    float32 = torch.load(module.MODELS / tokens.sft.name, weights_only=False)
+    float32["policy"] = {key: value.float() if value.is_floating_point() else value
+                         for key, value in float32["policy"].items()}
+    torch.save(float32, tmp_path / "other" / tokens.sft.name)
     with pytest.raises(SystemExit, match="holds another model"):
         tokens.keep_sft(module.MODELS / "libero_object_seed0_sft_protocol_tokens.pt")
     assert tokens.model_dtype == "float16" and module.Campaign(module.parse_args(
