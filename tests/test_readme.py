@@ -111,11 +111,11 @@ SHORT_FORMS = {
         expect_files=("runs/maniskill_pushcube_ppo/eval-ckpt_00000001/ood.md",)),  # reads the LIBERO-PRO catalog, builds no scene
     # a committed model: one held-out start of one task, 8 steps (the row's numbers: tests/test_eval_resume.py plays
     # the committed SFT model; re-evaluating the whole row takes about 10 minutes)
-    "python trainers/eval.py --checkpoint experiments/libero_miniature/models/libero_object_seed0_rft_protocol.pt "
-    "--init-states 40-49 --seed 0 --num-envs 2 --out runs/eval_object_seed0_rft env.vectorization=async": Short(
+    "python trainers/eval.py --checkpoint experiments/libero_miniature/models/libero_spatial_seed0_grpo_protocol_wrist_tokens.pt "
+    "--init-states 40-49 --seed 0 --num-envs 2 --out runs/eval_spatial_seed0_grpo env.vectorization=async": Short(
         replace=(("--init-states 40-49", "--init-states 40"), ("--num-envs 2", "--num-envs 1")),
         extra=("env.kwargs.max_episode_steps=8", "--tasks", "0", "--video-episodes", "0"),  # the override beside its kin
-        expect_files=("runs/eval_object_seed0_rft/eval.json",)),
+        expect_files=("runs/eval_spatial_seed0_grpo/eval.json",)),
     "python trainers/eval.py --checkpoint runs/libero_small_sft/final.pt --episodes-per-task 10": Short(
         replace=(("--episodes-per-task 10", "--episodes-per-task 1"),), extra=("--tasks", "0"),
         needs=LIBERO_SFT, expect_files=("runs/libero_small_sft/eval-final/eval.md",)),
