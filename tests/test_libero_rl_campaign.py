@@ -265,7 +265,8 @@ def test_more_cameras_make_a_campaign_of_their_own():
 
 def test_the_token_head_makes_a_campaign_of_its_own(tmp_path):
     """``--head tokens``: the SFT fits the token head, GRPO runs the anchors' settings on it, RFT's rounds and the
-    sampled evaluations draw at temperature 1.6, in a folder, model names and rows of their own."""
+    sampled evaluations draw at temperature 1.6 (later RFT rounds at the same width: --hold-entropy), in a folder, model
+    names and rows of their own."""
     module = campaign_script()
     tokens = module.Campaign(module.parse_args(["--suite", "object", "--seed", "0", "--head", "tokens"]))
     assert (tokens.state.name, tokens.variant, tokens.sft_variant) == ("object_s0_tokens", "protocol_tokens",
@@ -299,7 +300,7 @@ def test_the_token_head_makes_a_campaign_of_its_own(tmp_path):
     rft.train_rl()
     assert commands[-1][1] == "trainers/rft.py" and "policy.kwargs.head=tokens" in commands[-1]
     flags = " ".join(commands[-1])
-    assert "--samples-per-start 1 --temperature 1.6" in flags and "--std" not in flags
+    assert "--samples-per-start 1 --temperature 1.6 --hold-entropy" in flags and "--std" not in flags
     # --method ppo: the comparison, on the same SFT and starts, token GRPO s3's env steps as PPO's decisions
     ppo = module.Campaign(module.parse_args(["--suite", "object", "--seed", "0", "--head", "tokens", "--method", "ppo",
                                              "--state", str(tmp_path)]))

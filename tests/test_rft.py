@@ -97,8 +97,10 @@ def test_rft_round_runs_in_short_form_and_resumes(tmp_path, capfd, monkeypatch):
 @pytest.mark.usefixtures("one_torch_thread")
 def test_an_action_token_policy_samples_its_rounds_at_a_temperature(tmp_path, capfd, monkeypatch):
     """``--temperature``: the small VLA with its token head (``policy.kwargs.head=tokens``) samples the round's
-    episodes at that temperature (eval.py --temperature, no std), and the round fits the token head again;
-    ``--std`` and ``--temperature`` together are refused."""
+    episodes at that temperature (eval.py --temperature, no std), and the round fits the token head again; with
+    ``--hold-entropy`` a second round samples at the temperature that gives its policy the SFT's entropy at 1.6,
+    recorded before it samples; ``--std`` and ``--temperature`` together, or ``--hold-entropy`` without
+    ``--temperature``, are refused."""
     from vla_gym.data.record import record_demos
     from vla_gym.trainers.rft import main as rft
     from vla_gym.trainers.sft import main as sft
@@ -119,6 +121,17 @@ def test_an_action_token_policy_samples_its_rounds_at_a_temperature(tmp_path, ca
     fitted = yaml.safe_load((tmp_path / "rft" / "round_1" / "sft" / "config.yaml").read_text())
     assert fitted["policy"]["kwargs"]["head"] == "tokens"
 
+    argv[argv.index("--rounds") + 1] = "2"
+    out = rft_here(capfd, [*argv, "--hold-entropy"])  # round 1 is found on disk; round 2 at the matched temperature
+    held = json.loads((tmp_path / "rft" / "round_2" / "temperature.json").read_text())
+    assert 0.05 <= held["temperature"] <= 20.0 and held["frames"] > 0 and held["entropy"] > 0
+    assert f"--stochastic --temperature {held['temperature']} --seed 2001" in out
+    rows = json.loads((tmp_path / "rft" / "rft.json").read_text())["rows"]
+    assert [row.get("temperature") for row in rows] == [None, 1.6, held["temperature"]]
+
     with pytest.raises(SystemExit):
         rft([*argv, "--std", "0.05"])
     assert "give one of them" in capfd.readouterr().err
+    with pytest.raises(SystemExit):
+        rft([arg if arg != "--temperature" else "--hold-entropy" for arg in argv if arg != "1.6"])
+    assert "give --temperature" in capfd.readouterr().err

@@ -126,3 +126,30 @@ def test_the_small_policy_with_tokens_acts_scores_and_imitates():
         SmallVLAPolicy(obs_space, spaces.Box(-1, 1, (7,), np.float32), image_size=None, head="beta")
     with pytest.raises(ValueError, match="noise: step"):
         SmallVLAPolicy(obs_space, spaces.Box(-1, 1, (2, 7), np.float32), image_size=None, head="tokens", noise="chunk")
+
+
+def test_cloning_samples_drawn_above_temperature_one_flattens_and_hold_entropy_finds_the_width_back():
+    """What ``trainers/rft.py --hold-entropy`` corrects: logits fitted by cross-entropy to samples drawn at 1.6 have
+    the entropy the teacher had at 1.6, so at 1.6 they sample wider still; the matched temperature (~1.0) gives the
+    teacher's width at 1.6 back."""
+    from vla_gym.trainers.policies.token_entropy import temperature_for_entropy, token_entropy
+
+    generator = torch.Generator().manual_seed(0)
+    teacher = 3.0 * torch.randn(16, 7, 256, generator=generator)
+    samples = torch.multinomial((teacher / 1.6).softmax(-1).view(-1, 256), 4000, replacement=True, generator=generator)
+    counts = torch.zeros(16 * 7, 256).scatter_add_(1, samples, torch.ones_like(samples, dtype=torch.float))
+    fitted = (counts + 1e-3).log().view(16, 7, 256)  # the cross-entropy optimum: the samples' frequencies
+    target = token_entropy(teacher, 1.6)
+    assert token_entropy(fitted, 1.0) == pytest.approx(target, rel=0.05)
+    assert token_entropy(fitted, 1.6) > target + 0.3  # the same temperature again: flatter
+    matched = temperature_for_entropy(fitted, target)
+    assert matched == pytest.approx(1.0, abs=0.1) and token_entropy(fitted, matched) == pytest.approx(target, abs=1e-4)
+    # beyond what the search range gives: its ends
+    assert temperature_for_entropy(fitted, 0.0) == 0.05 and temperature_for_entropy(fitted, 100.0) == 20.0
+
+
+def test_token_logits_refuse_a_policy_without_a_token_head():
+    from vla_gym.trainers.policies.token_entropy import token_logits
+
+    with pytest.raises(ValueError, match="policy.kwargs.head=tokens"):
+        token_logits(torch.nn.Linear(2, 2), {})

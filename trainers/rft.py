@@ -5,6 +5,7 @@
         --init-states 0-3 --rounds 2 --samples-per-start 4 --std 0.05 --out runs/libero_rl/rft_object_s0
     python trainers/rft.py ... --seed 1 sft.epochs=10        # a second training seed; key=value: SFT overrides
     python trainers/rft.py ... --temperature 1.6 policy.kwargs.head=tokens   # an action-token policy
+    python trainers/rft.py ... --temperature 1.6 --hold-entropy policy.kwargs.head=tokens   # the same width each round
 
 Each round is three product commands, called in this process one after the other:
 
@@ -24,6 +25,11 @@ With ``--sample-failed-only`` step 1 plays only the starts the current policy fa
 evaluation (``eval.py --only-failed-in``): with ``--keep-greedy-successes`` every start then contributes one success
 when the policy has one, the solved ones from the greedy play and the failed ones from sampling (RIPT-VLA's skip of
 solved starts), and the sampling budget goes where the policy fails.
+
+A policy cloned from its own samples at a temperature above 1 learns their flattened distribution, so at the same
+temperature the next round samples wider still (``vla_gym.trainers.policies.token_entropy``); ``--hold-entropy``
+samples each round after the first at the temperature that gives its policy the initial checkpoint's entropy per
+token at ``--temperature`` on the demos' frames (``round_R/temperature.json``; each row records its temperature).
 
 The new policy samples the next round. With a 0/1 success reward this is the policy-improvement step that
 REINFORCE with a zero baseline takes, but fitted to convergence instead of one small on-policy step; it needs no
@@ -126,6 +132,16 @@ def successes_in(datasets: list[str]) -> int:
     return sum(int(json.loads(p.read_text())["episodes"]) for p in summaries if p.is_file())
 
 
+def sampled_temperature(round_dir: pathlib.Path, ids: list[int]) -> float | None:
+    """The temperature a round's sampled episodes were played at (their reports' settings), None for a Gaussian head
+    or a round that sampled nothing."""
+    for k in ids:
+        path = round_dir / f"sample_{k}" / "eval.json"
+        if path.is_file():
+            return json.loads(path.read_text())["settings"].get("temperature")
+    return None
+
+
 def sample_seed(seed: int, round_index: int, sample: int) -> int:
     """The env/noise seed of sampled evaluation ``sample`` of round ``round_index`` in a run of training seed
     ``seed``: distinct across samples, rounds and training seeds (seed 0 keeps the original 1000 * r + k)."""
@@ -139,9 +155,6 @@ class RFTRun:
         self.args, self.out = args, pathlib.Path(args.out)
         self.starts = [*(["--tasks", *args.tasks] if args.tasks else []), "--init-states", *args.init_states,
                        "--num-envs", str(args.num_envs), *([] if args.sync else ["env.vectorization=async"])]
-        #: how the sampled episodes explore: the action tokens at a temperature, or Gaussian noise per step
-        self.sampling = (["--temperature", str(args.temperature)] if args.temperature is not None
-                         else ["--std", str(args.std), "--noise", "step"])
 
     def timed(self, step: pathlib.Path, script: str, argv: list[str], allowed: tuple[int, ...] = (0,)) -> None:
         """Call one step's command and add its minutes to its round's ``minutes.json`` (the cost the table reports)."""
@@ -152,14 +165,31 @@ class RFTRun:
         minutes[step.name] = round((time.monotonic() - started) / 60.0, 2)
         write_results(path, minutes)
 
-    def evaluate(self, checkpoint: str, out: pathlib.Path, sampled_seed: int | None = None,
-                 record: pathlib.Path | None = None, only_failed_in: pathlib.Path | None = None) -> dict[str, Any]:
+    def sampling(self, round_dir: pathlib.Path, current: str) -> list[str]:
+        """How a round's sampled episodes explore: Gaussian noise per step, or the action tokens at ``--temperature``
+        (with ``--hold-entropy`` from round 2 on the temperature that gives ``current`` the initial checkpoint's
+        entropy at ``--temperature``, recorded in ``round_R/temperature.json`` before anything samples)."""
+        args = self.args
+        if args.temperature is None:
+            return ["--std", str(args.std), "--noise", "step"]
+        path = round_dir / "temperature.json"
+        if not args.hold_entropy or current == args.init_checkpoint:
+            return ["--temperature", str(args.temperature)]
+        if not path.is_file():
+            from vla_gym.trainers.policies.token_entropy import matched_temperature
+
+            write_results(path, matched_temperature(current, args.demos, args.init_checkpoint, args.temperature))
+        return ["--temperature", str(json.loads(path.read_text())["temperature"])]
+
+    def evaluate(self, checkpoint: str, out: pathlib.Path, sampling: list[str] | None = None,
+                 sampled_seed: int | None = None, record: pathlib.Path | None = None,
+                 only_failed_in: pathlib.Path | None = None) -> dict[str, Any]:
         # played again when it must record now but was played without recording (the last round of a shorter run)
         unrecorded = sampled_seed is None and record is not None and not (out / "recorded").is_file()
         if not (out / "eval.json").is_file() or unrecorded:
             command = ["--checkpoint", checkpoint, "--out", str(out)]
             if sampled_seed is not None:
-                command += ["--stochastic", *self.sampling, "--seed", str(sampled_seed)]
+                command += ["--stochastic", *sampling, "--seed", str(sampled_seed)]
             if record is not None:
                 command += ["--record-dataset", str(record), "--successes-only"]
             if only_failed_in is not None:
@@ -192,7 +222,9 @@ class RFTRun:
             where = before / "eval" / "eval.json" if args.sample_failed_only else None
             if where is not None and not failed_starts(where):
                 ids = []  # the current policy solves every start greedily: nothing to sample
-            samples = [self.evaluate(current, round_dir / f"sample_{k}", sample_seed(args.seed, r, k),
+            sampling = self.sampling(round_dir, current) if any(
+                not (round_dir / f"sample_{k}" / "eval.json").is_file() for k in ids) else []
+            samples = [self.evaluate(current, round_dir / f"sample_{k}", sampling, sample_seed(args.seed, r, k),
                                      round_dir / f"rollouts_{k}", where) for k in ids]
             new = [before / "eval_rollouts", *(round_dir / f"rollouts_{k}" for k in ids)]
             datasets += [str(path) for path in new if (path / "meta" / "info.json").is_file()]
@@ -205,6 +237,7 @@ class RFTRun:
             sampled = self.total(samples)
             rows.append({"round": r, "checkpoint": current, "greedy": self.rate(greedy),
                          "sampled": self.rate(sampled) if samples else None, "sampled_episodes": sampled["episodes"],
+                         "temperature": sampled_temperature(round_dir, ids),
                          "successes_kept": sampled["successes"],
                          "greedy_successes_kept": sum(g["successes"] for g in kept_greedy), "datasets": len(datasets),
                          "successes_fitted": successes_in(datasets),
@@ -250,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="exploration noise per step and action dimension of a Gaussian head (default 0.05)")
     parser.add_argument("--temperature", type=float, default=None,
                         help="sample an action-token head (policy.kwargs.head=tokens) at this temperature instead")
+    parser.add_argument("--hold-entropy", action="store_true",
+                        help="with --temperature: sample each round after the first at the temperature that gives its "
+                             "policy the initial checkpoint's entropy per token at --temperature (on the demos' "
+                             "frames); a policy fitted on its own samples at T > 1 is flatter each round")
     parser.add_argument("--init-states", nargs="+", default=["0-3"], help="the starts trained (and evaluated) on")
     parser.add_argument("--tasks", nargs="+", default=None, help="only these task ids (default: all)")
     parser.add_argument("--fit", choices=("scratch", "continue"), default="scratch",
@@ -268,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.std is not None and args.temperature is not None:
         parser.error("--std samples a Gaussian head, --temperature an action-token head: give one of them")
+    if args.hold_entropy and args.temperature is None:
+        parser.error("--hold-entropy holds an action-token head's entropy: give --temperature (and "
+                     "policy.kwargs.head=tokens)")
     if args.temperature is None and args.std is None:
         args.std = 0.05
     spread = args.std if args.temperature is None else args.temperature

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import sys
 
-import numpy as np
 import torch
 
 from vla_gym.runtime.cli_args import script_parser
@@ -37,17 +36,8 @@ def spread(log_probs: torch.Tensor, tops: tuple[int, ...] = (1, 5, 10, 20)) -> d
             "over_10_bins": round(float((probs * (distance > 10)).sum(-1).mean()), 3)}
 
 
-def frames_as_obs(dataset, count: int, seed: int = 0) -> dict:
-    """``count`` frames drawn from ``dataset`` (a DemoDataset) as one observation batch, as SFT reads them."""
-    from vla_gym.trainers.rollout.batch import to_torch
-
-    rows = np.random.default_rng(seed).choice(len(dataset), min(count, len(dataset)), replace=False)
-    return to_torch(dataset.batch(rows)[0])
-
-
 def main(argv: list[str] | None = None) -> int:
-    from vla_gym.data.lerobot.reader import DemoDataset
-    from vla_gym.trainers.runtime.checkpoint import load_policy
+    from vla_gym.trainers.policies.token_entropy import checkpoint_logits
 
     parser = script_parser(__doc__)
     parser.add_argument("--checkpoint", required=True, help="a model with the token head (policy.kwargs.head=tokens)")
@@ -57,12 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON line per temperature")
     parser.add_argument("--out", help="write the rows with what was measured to this JSON file")
     args = parser.parse_args(argv)
-    policy = load_policy(args.checkpoint, "cpu").eval()
-    if getattr(policy, "head", None) != "tokens":
-        parser.error(f"{args.checkpoint} has no action-token head (policy.kwargs.head={getattr(policy, 'head', None)})")
-    with torch.no_grad():
-        logits = policy.distribution(frames_as_obs(DemoDataset(args.dataset), args.frames)).logits
-    logits = logits * policy.action_head.temperature  # the head's log-softmax at its own temperature, undone
+    try:
+        logits = checkpoint_logits(args.checkpoint, args.dataset, args.frames)
+    except ValueError as exc:  # no token head
+        parser.error(f"{args.checkpoint}: {exc}")
     rows = []
     for temperature in args.temperatures:
         row = {"temperature": temperature, **spread((logits / temperature).log_softmax(-1))}
