@@ -172,9 +172,9 @@ class RFTRun:
         args = self.args
         if args.temperature is None:
             return ["--std", str(args.std), "--noise", "step"]
-        path = round_dir / "temperature.json"
         if not args.hold_entropy or current == args.init_checkpoint:
             return ["--temperature", str(args.temperature)]
+        path = round_dir / "temperature.json"
         if not path.is_file():
             from vla_gym.trainers.policies.token_entropy import matched_temperature
 
