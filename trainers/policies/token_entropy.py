@@ -20,11 +20,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from vla_gym.trainers.policies.distributions import BinnedCategorical
+
 
 def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> float:
-    """The mean over tokens of the entropy (nats) of ``softmax(logits / temperature)``, logits ``[..., n_bins]``."""
-    log_probs = (logits.double() / temperature).log_softmax(-1)
-    return float(-(log_probs.exp() * log_probs).sum(-1).mean())
+    """The mean over tokens of the entropy (nats) of ``softmax(logits / temperature)``, logits ``[B, *shape,
+    n_bins]`` (:class:`~vla_gym.trainers.policies.distributions.BinnedCategorical`'s, per token)."""
+    tokens = logits[0, ..., 0].numel()
+    return float(BinnedCategorical(logits.double(), temperature).entropy().mean()) / tokens
 
 
 def temperature_for_entropy(logits: torch.Tensor, entropy: float, low: float = 0.05, high: float = 20.0,
